@@ -1,0 +1,159 @@
+"""Generated functions: Jinja templates rendered to Python source, exec'd, and kept reviewable.
+
+The discipline is that of Julia's ``@generated`` functions: a template receives
+names and counts, never values. Every value a generated function needs (a cache
+entry, a kernel, a type) is bound as a default argument or a global of its own
+namespace, so nothing a user controls (a kernel named with quotes, a key's repr)
+ever becomes code. Each function gets a deterministic name made of sanitized
+parts of its specialization, and its source is registered with ``linecache`` so
+tracebacks and ``inspect.getsource`` show the real lines.
+"""
+
+from __future__ import annotations
+
+import keyword
+import linecache
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from . import precompile
+
+__all__ = [
+    "GeneratedSource",
+    "generate",
+    "generated_sources",
+    "identifier",
+    "render",
+    "write_atomic",
+]
+
+
+def _templates_dir() -> Path:
+    """``templates/``: inside the package in a wheel, beside it in a checkout."""
+    here = Path(__file__).resolve().parent
+    for d in (here / "templates", here.parent / "templates"):
+        if (d / "lookup.py.j2").is_file():
+            return d
+    raise ImportError(f"specializer's templates are missing (looked in {here / 'templates'})")
+
+
+_env = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(str(_templates_dir())),
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+    keep_trailing_newline=True,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+
+
+@dataclass(frozen=True)
+class GeneratedSource:
+    """One generated function: its name, its source, and the specialization it serves."""
+
+    name: str
+    source: str
+    template: str
+    specialization: str
+
+    def __str__(self) -> str:
+        return self.source
+
+
+_generated: list[GeneratedSource] = []
+_names: set[str] = set()
+_lock = threading.Lock()
+
+
+def generated_sources() -> list[GeneratedSource]:
+    """Every function generated so far in this process, in order of generation."""
+    return list(_generated)
+
+
+def identifier(*parts: object, limit: int = 96) -> str:
+    """A Python identifier made of sanitized ``parts`` (letters, digits and underscores only)."""
+    text = "_".join(str(p) for p in parts)
+    text = re.sub(r"[^0-9A-Za-z_]+", "_", text).strip("_")
+    text = re.sub(r"_{2,}", "_", text)[:limit].rstrip("_") or "fn"
+    if text[0].isdigit() or keyword.iskeyword(text):
+        text = "_" + text
+    return text
+
+
+def _check_param(key: str, value: object) -> None:
+    """Templates get identifiers, ints and bools (or lists of them), never arbitrary values."""
+    if isinstance(value, (bool, int)):
+        return
+    if isinstance(value, str):
+        if value.isidentifier() and not keyword.iskeyword(value):
+            return
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            _check_param(key, v)
+        return
+    raise TypeError(
+        f"template parameter {key}={value!r} is not an identifier, an int or a bool: "
+        "values must be bound as defaults or globals, never rendered into source"
+    )
+
+
+def render(template: str, **params: Any) -> str:
+    """Render ``templates/<template>`` with identifiers and ints only."""
+    for k, v in params.items():
+        _check_param(k, v)
+    return _env.get_template(template).render(**params)
+
+
+def _unique(name: str) -> str:
+    if name not in _names:
+        return name
+    i = 2
+    while f"{name}_{i}" in _names:
+        i += 1
+    return f"{name}_{i}"
+
+
+def generate(template: str, name_parts: Iterable[object], namespace: Mapping[str, Any],
+             specialization: str, **params: Any) -> Callable[..., Any]:
+    """Render ``template`` as a function named from ``name_parts``, exec it with ``namespace``
+    as its globals, register its source, and return it.
+
+    The template receives ``name`` (the function's name) and ``params``.
+    """
+    with _lock:
+        name = _unique(identifier(*name_parts))
+        source = render(template, name=name, **params)
+        filename = f"<specializer {name}>"
+        code = compile(source, filename, "exec")
+        glb = {"__name__": f"specializer.generated.{name}", **namespace}
+        exec(code, glb)
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        _names.add(name)
+        _generated.append(GeneratedSource(name, source, template, specialization))
+    return glb[name]
+
+
+def write_atomic(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename, so no reader (and no
+    failure) ever sees a half-written file. Refused in precompile-output mode."""
+    path = Path(path)
+    precompile.refuse_write(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

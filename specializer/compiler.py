@@ -1,0 +1,260 @@
+"""Compiler jobs, the compiled-code cache with world ranges, and compile hooks.
+
+The interface a back-end implements is :class:`Backend`: ``compile(job)`` turns a
+job into an artifact (device code that does not depend on a context; it has a
+``.source``), and ``link(job, artifact, context)`` turns that into what a launch
+needs in one context (a kernel object, a function handle). The core calls them
+and never knows which back-end runs.
+
+The cache keeps, per (method instance, config), code instances each valid over a
+range of worlds. A lookup in world ``w`` reuses one valid in ``w``: a definition
+unrelated to the kernel raises the world but recompiles nothing. Compiling
+records backedges on every method table the code dispatched on (the kernel's
+own and its callees', transitively); a definition that changes one of those
+dispatches closes the code's range, so the next lookup recompiles.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+from . import world as _world
+from .methods import GenericFunction, Method, MethodInstance
+
+__all__ = [
+    "Artifact",
+    "Backend",
+    "CodeInstance",
+    "CompileError",
+    "CompilerConfig",
+    "CompilerJob",
+    "compile_and_link",
+    "compile_count",
+    "device_code",
+    "device_code_source",
+]
+
+
+class Artifact(Protocol):
+    """What ``Backend.compile`` returns: anything with the device source it was built from."""
+
+    source: str
+
+
+class CompileError(RuntimeError):
+    """Device code that does not compile or build; the message names the kernel and has the log."""
+
+
+class Backend(ABC):
+    """The small interface each back-end implements (see the module docstring)."""
+
+    #: a short name for messages ("opencl", "cuda")
+    name: str = "backend"
+
+    @abstractmethod
+    def compile(self, job: CompilerJob) -> Artifact:
+        """Compile ``job`` (use ``job.device_sources()``); raise :class:`CompileError` on failure."""
+
+    @abstractmethod
+    def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
+        """Make ``artifact`` usable in ``context``; the result is cached per context."""
+
+
+class CompilerConfig:
+    """A back-end and its (hashable) options: what besides the method instance decides the code."""
+
+    __slots__ = ("_hash", "backend", "options")
+
+    def __init__(self, backend: Backend, options: Hashable = ()) -> None:
+        self.backend = backend
+        self.options = options
+        self._hash = hash((id(backend), options))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, CompilerConfig) and self.backend is other.backend
+                and self.options == other.options)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"CompilerConfig({self.backend.name}, {self.options!r})"
+
+
+class CompilerJob:
+    """What to compile: a method instance, a config, and the world it is compiled in."""
+
+    __slots__ = ("callees", "config", "mi", "world")
+
+    def __init__(self, mi: MethodInstance, config: CompilerConfig, world: int) -> None:
+        self.mi = mi
+        self.config = config
+        self.world = world
+        self.callees: tuple[MethodInstance, ...] = ()  # set by the cache, dependencies first
+
+    @property
+    def name(self) -> str:
+        """The kernel's name (its generic function's)."""
+        return self.mi.method.gf.name
+
+    def device_sources(self) -> list[str]:
+        """Each callee's source (dependencies first), then the kernel's.
+
+        A method body is called with the concrete argument types bound to its
+        parameters and returns device source.
+        """
+        return [_generate(mi) for mi in (*self.callees, self.mi)]
+
+    def __repr__(self) -> str:
+        return f"CompilerJob({self.mi!r}, {self.config!r}, world={self.world})"
+
+
+def _generate(mi: MethodInstance) -> str:
+    src = mi.method.fn(*mi.tt)
+    if not isinstance(src, str):
+        raise TypeError(
+            f"the body of {mi.method!r} must return device source (a str), "
+            f"got {type(src).__name__}"
+        )
+    return src
+
+
+class CodeInstance:
+    """Compiled code for (method instance, config), valid in ``[min_world, max_world]``."""
+
+    __slots__ = ("artifact", "config", "linked", "max_world", "mi", "min_world")
+
+    def __init__(self, mi: MethodInstance, config: CompilerConfig, artifact: Artifact,
+                 min_world: int) -> None:
+        self.mi = mi
+        self.config = config
+        self.artifact = artifact
+        self.min_world = min_world
+        self.max_world = _world.WORLD_MAX
+        self.linked: dict[Hashable, Any] = {}
+
+    def valid(self, world: int) -> bool:
+        return self.min_world <= world <= self.max_world
+
+    def invalidate(self, max_world: int) -> None:
+        """End this code's validity at ``max_world`` (a backedge fired)."""
+        if max_world < self.max_world:
+            self.max_world = max_world
+
+    def __repr__(self) -> str:
+        hi = "" if self.max_world >= _world.WORLD_MAX else self.max_world
+        return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
+
+
+_cache: dict[tuple[MethodInstance, CompilerConfig], list[CodeInstance]] = {}
+_cache_lock = threading.RLock()
+_compiles = 0
+_hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
+
+
+def compile_count() -> int:
+    """How many compilations have run in this process."""
+    return _compiles
+
+
+def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, ...], Method]]:
+    """Every dispatch the job's code depends on: the kernel's own, then its callees' (each a
+    nullary dispatch of a device function), transitively. Sets ``job.callees``."""
+    deps = [(job.mi.method.gf, job.mi.tt, job.mi.method)]
+    order: list[MethodInstance] = []
+    seen: set[int] = set()
+
+    def visit(method: Method, path: tuple[str, ...]) -> None:
+        for gf in method.callees:
+            if gf.name in path:
+                raise CompileError(f"device functions call each other in a cycle: "
+                                   f"{' -> '.join((*path, gf.name))}")
+            if id(gf) in seen:
+                continue
+            seen.add(id(gf))
+            cmi = gf.methodinstance((), job.world)
+            deps.append((gf, (), cmi.method))
+            visit(cmi.method, (*path, gf.name))
+            order.append(cmi)
+
+    visit(job.mi.method, (job.name,))
+    job.callees = tuple(order)
+    return deps
+
+
+def _compile(job: CompilerJob) -> CodeInstance:
+    global _compiles
+    with _world.lock():
+        deps = _dependencies(job)
+    artifact = job.config.backend.compile(job)  # raises: nothing is stored
+    _compiles += 1
+    ci = CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps))
+    with _world.lock():
+        for gf, tt, method in deps:
+            gf.add_backedge(tt, method, ci)
+        # A definition made while compiling ran before these edges existed: if any
+        # dispatch changed since, trust this code in its own world only.
+        latest = _world.latest()
+        if latest != job.world and any(
+            gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps
+        ):
+            ci.invalidate(job.world)
+    return ci
+
+
+def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
+    """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
+    and its linked form for ``context`` (linked on a miss). Compile hooks see every call."""
+    key = (job.mi, job.config)
+    with _cache_lock:
+        fresh = False
+        for ci in _cache.get(key, ()):
+            if ci.valid(job.world):
+                break
+        else:
+            ci = _compile(job)
+            fresh = True
+        for hook in _hooks:
+            hook(job, ci.artifact)
+        linked = ci.linked.get(context)
+        if linked is None:
+            linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
+            ci.linked[context] = linked
+        if fresh:
+            _cache.setdefault(key, []).append(ci)
+    return ci, linked
+
+
+@contextmanager
+def device_code(callback: Callable[[CompilerJob, Artifact], Any]) -> Iterator[None]:
+    """Call ``callback(job, artifact)`` for every kernel looked up inside the block, also ones
+    compiled before it. While any hook is active, cached lookups neither hit nor store."""
+    global _hooks
+    with _cache_lock:
+        _hooks = (*_hooks, callback)
+    _world.set_hooks(+1)
+    try:
+        yield
+    finally:
+        with _cache_lock:
+            hooks = list(_hooks)
+            hooks.remove(callback)
+            _hooks = tuple(hooks)
+        _world.set_hooks(-1)
+
+
+@contextmanager
+def device_code_source() -> Iterator[list[str]]:
+    """Collect the device source of each kernel looked up inside the block."""
+    sources: list[str] = []
+    with device_code(lambda job, artifact: sources.append(artifact.source)):
+        yield sources
+    if not sources:
+        raise RuntimeError(
+            "device_code_source(): no kernel was looked up inside the block; "
+            "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
+        )

@@ -1,0 +1,160 @@
+"""``cached_lookup``: a per-launch kernel lookup that costs a load and a couple of comparisons.
+
+Back-ends wrap their lookup (dispatch, config, compiled-code cache, per-context
+handle) in it. It remembers the result per (call site, F, tt, key type, V) and
+reuses it while the task's world and the key are the same.
+
+Each such tuple gets its own function, rendered from ``templates/lookup.py.j2``
+and exec'd on first use. Its cache is its own defaults: up to four
+(world, key, result) entries, most recent first, published on a miss by one
+assignment of a new ``__defaults__`` tuple. A hit therefore takes no lock, hashes
+nothing and allocates nothing: a reader sees either the old tuple or the new one,
+never a torn entry.
+
+Why the world must match exactly: code that is still *valid* in the current
+world is not enough. After compiling ``f(::Number)`` for an int, adding
+``f(::Int)`` leaves that code valid, but the call now dispatches to the new
+method. In another world the lookup runs again, and normally finds the compiled
+code in the compiled-code cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from types import CodeType, FunctionType
+from typing import Any, TypeVar
+
+from . import codegen
+from . import world as _world
+from .types import type_name
+
+__all__ = ["ENTRIES", "cached_lookup", "specialize"]
+
+V = TypeVar("V")
+
+#: How many recent results each specialized lookup keeps.
+ENTRIES = 4
+
+_EMPTY = object()  # the world of an empty entry: never the same object as a world
+
+
+class _Spec:
+    """The state a specialized function's miss path needs (never touched by a hit)."""
+
+    __slots__ = ("V", "fn", "lock", "what")
+
+    def __init__(self, V: type, what: str) -> None:
+        self.V = V
+        self.what = what
+        self.lock = threading.Lock()
+        self.fn: FunctionType | None = None
+
+
+def _entries(fn: FunctionType) -> list[tuple[int, Any, Any]]:
+    d = fn.__defaults__ or ()
+    return [(d[i], d[i + 1], d[i + 2]) for i in range(1, len(d), 3) if d[i] is not _EMPTY]
+
+
+def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
+    state = _world.STATE
+    w = _world.current()  # the one world this call runs in
+    bypass = state.hooks or state.precompile
+    if not bypass:
+        # The hit compared worlds by identity; an equal world held by another int object
+        # (stored by a pinned task, or read while pinned) is the same world.
+        for ew, ek, er in _entries(spec.fn):
+            if ew == w and (ek is key or ek == key):
+                return er
+    result = _world.invoke_in_world(w, lookup)
+    if not isinstance(result, spec.V):
+        raise TypeError(
+            f"the lookup for {spec.what} returned {type(result).__name__}, "
+            f"not {type_name(spec.V)}: nothing was stored"
+        )
+    if not (bypass or state.hooks or state.precompile):
+        _store(spec, w, key, result)
+    return result
+
+
+def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
+    fn = spec.fn
+    with spec.lock:  # publishers only; a hit never takes it
+        kept = [(ew, ek, er) for ew, ek, er in _entries(fn)
+                if not (ew == w and (ek is key or ek == key))]
+        entries = [(w, key, result), *kept][:ENTRIES]
+        flat: list[Any] = [_world.STATE]
+        for e in entries:
+            flat.extend(e)
+        flat.extend((_EMPTY, None, None) * (ENTRIES - len(entries)))
+        fn.__defaults__ = tuple(flat)  # the one publishing store
+
+
+_specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[..., Any]] = {}
+_sites: dict[int, CodeType] = {}  # keeps each site's code alive, so its id stays unique
+_create_lock = threading.Lock()
+
+
+def _name_of(x: Any) -> str:
+    if isinstance(x, type):
+        return x.__name__
+    return str(getattr(x, "name", None) or getattr(x, "__name__", None) or type(x).__name__)
+
+
+def specialize(site: Callable[..., Any] | CodeType, V: type, F: Any, tt: tuple[type, ...],
+               K: type) -> Callable[[Any, Callable[[], Any]], Any]:
+    """The specialized lookup for (call site, ``V``, ``F``, ``tt``, key type ``K``).
+
+    Returns ``fn(key, lookup)``: the cached result for ``key`` in the task's world, or
+    ``lookup()``'s (run in that world, checked to be a ``V``, stored) on a miss. Keep
+    ``fn`` and call it directly to skip even the search for it.
+    """
+    code = site if isinstance(site, CodeType) else getattr(site, "__code__", None)
+    if not isinstance(code, CodeType):
+        raise TypeError(f"a lookup site is a Python function or code object, got {site!r}")
+    ident = (id(code), F, tt, K, V)
+    try:
+        fn = _specializations.get(ident)
+    except TypeError:
+        raise TypeError(f"F, tt, K and V must be hashable, got F={F!r}, tt={tt!r}") from None
+    if fn is not None:
+        return fn
+    if not isinstance(V, type):
+        raise TypeError(f"V is the class the lookup's result must be an instance of, got {V!r}")
+    if not isinstance(K, type):
+        raise TypeError(f"K is the key's type, got {K!r}")
+    if not isinstance(tt, tuple) or not all(isinstance(t, type) for t in tt):
+        raise TypeError(f"tt is a tuple of argument types, got {tt!r}")
+    with _create_lock:
+        fn = _specializations.get(ident)
+        if fn is not None:
+            return fn
+        what = (f"{_name_of(F)}({', '.join(type_name(t) for t in tt)}) at {code.co_name} "
+                f"({code.co_filename}:{code.co_firstlineno}), key {type_name(K)}")
+        spec = _Spec(V, what)
+        fn = codegen.generate(
+            "lookup.py.j2",
+            ("lookup", code.co_name, _name_of(F), *(_name_of(t) for t in tt), _name_of(K),
+             _name_of(V)),
+            {"_state": _world.STATE, "_EMPTY": _EMPTY, "_miss": functools.partial(_miss, spec)},
+            f"cached_lookup: V={type_name(V)}, {what}",
+            entries=ENTRIES,
+        )
+        spec.fn = fn
+        _sites[id(code)] = code
+        _specializations[ident] = fn
+    return fn
+
+
+def cached_lookup(lookup: Callable[[], V], V: type[V], F: Any, tt: tuple[type, ...],
+                  key: Any) -> V:
+    """Run ``lookup()`` and remember its result per (``lookup.__code__``, ``F``, ``tt``,
+    ``type(key)``, ``V``), reusing it while the task's world and ``key`` are the same.
+
+    Equivalent to ``specialize(lookup, V, F, tt, type(key))(key, lookup)``.
+    """
+    fn = _specializations.get((id(getattr(lookup, "__code__", None)), F, tt, type(key), V))
+    if fn is None:
+        fn = specialize(lookup, V, F, tt, type(key))
+    return fn(key, lookup)

@@ -1,0 +1,275 @@
+"""Generic functions: method tables with world validity ranges, and dispatch.
+
+A :class:`GenericFunction` holds methods; each has a signature (a tuple of
+argument types, from its annotations) and a validity range
+``[min_world, max_world]``. Adding a method raises the world; replacing one
+(same signature) closes the old one's range and never deletes it, so an older
+world still dispatches as it did. ``methodinstance(tt, world)`` picks the most
+specific method visible in that world.
+
+Code compiled against a method table registers a *backedge* on it
+(:meth:`GenericFunction.add_backedge`); a definition that changes what such a
+dispatch would pick ends that code's validity before the new world is published.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Protocol
+
+from . import world as _world
+from .types import is_subtype, type_name
+
+__all__ = [
+    "AmbiguityError",
+    "GenericFunction",
+    "Method",
+    "MethodError",
+    "MethodInstance",
+    "signature_of",
+]
+
+
+class MethodError(TypeError):
+    """No method of a generic function applies to the argument types in that world."""
+
+
+class AmbiguityError(MethodError):
+    """Two or more applicable methods are equally specific."""
+
+
+def _sig_str(name: str, sig: Sequence[type]) -> str:
+    return f"{name}({', '.join(type_name(t) for t in sig)})"
+
+
+def _range_str(lo: int, hi: int) -> str:
+    return f"worlds {lo}..{'' if hi >= _world.WORLD_MAX else hi}"
+
+
+class Method:
+    """One method: a function, its signature, its callees and its world range."""
+
+    __slots__ = ("__weakref__", "_instances", "callees", "fn", "gf", "max_world", "min_world",
+                 "signature")
+
+    def __init__(self, gf: GenericFunction, fn: Callable[..., Any], signature: tuple[type, ...],
+                 callees: tuple[GenericFunction, ...], min_world: int) -> None:
+        self.gf = gf
+        self.fn = fn
+        self.signature = signature
+        self.callees = callees
+        self.min_world = min_world
+        self.max_world = _world.WORLD_MAX
+        self._instances: dict[tuple[type, ...], MethodInstance] = {}
+
+    def visible(self, world: int) -> bool:
+        return self.min_world <= world <= self.max_world
+
+    def applies(self, tt: tuple[type, ...]) -> bool:
+        sig = self.signature
+        return len(sig) == len(tt) and all(is_subtype(a, s) for a, s in zip(tt, sig))
+
+    def specialize(self, tt: tuple[type, ...]) -> MethodInstance:
+        """The (interned) method instance of this method for the concrete ``tt``."""
+        mi = self._instances.get(tt)
+        if mi is None:
+            mi = self._instances.setdefault(tt, MethodInstance(self, tt))
+        return mi
+
+    def __repr__(self) -> str:
+        return f"<method {_sig_str(self.gf.name, self.signature)} " \
+               f"{_range_str(self.min_world, self.max_world)}>"
+
+
+class MethodInstance:
+    """A method specialized to concrete argument types ``tt`` (interned per method and tt)."""
+
+    __slots__ = ("__weakref__", "method", "tt")
+
+    def __init__(self, method: Method, tt: tuple[type, ...]) -> None:
+        self.method = method
+        self.tt = tt
+
+    @property
+    def gf(self) -> GenericFunction:
+        return self.method.gf
+
+    def __repr__(self) -> str:
+        return f"<MethodInstance {_sig_str(self.method.gf.name, self.tt)} of {self.method!r}>"
+
+
+class Backedge(Protocol):
+    """What code compiled against a dispatch registers: see :meth:`GenericFunction.add_backedge`."""
+
+    def invalidate(self, max_world: int) -> None: ...
+
+
+def signature_of(fn: Callable[..., Any]) -> tuple[type, ...]:
+    """The signature of ``fn`` from its parameters' annotations (all must be types)."""
+    name = getattr(fn, "__qualname__", repr(fn))
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"cannot read the signature of {name}: {e}") from None
+    try:
+        hints = inspect.get_annotations(fn, eval_str=True)
+    except Exception as e:
+        raise TypeError(f"cannot evaluate the annotations of {name}: {e}") from None
+    sig = []
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            raise TypeError(
+                f"parameter {p.name!r} of {name} is {p.kind.description}: a method takes plain "
+                "positional parameters, each annotated with a type"
+            )
+        if p.name not in hints:
+            raise TypeError(
+                f"parameter {p.name!r} of {name} has no annotation: annotate it with the type "
+                "it dispatches on (for example np.float32 or Array[np.floating])"
+            )
+        t = hints[p.name]
+        if not isinstance(t, type):
+            raise TypeError(
+                f"parameter {p.name!r} of {name} is annotated with {t!r}, which is not a type"
+            )
+        sig.append(t)
+    return tuple(sig)
+
+
+def _check_tt(name: str, tt: object) -> tuple[type, ...]:
+    if not isinstance(tt, tuple):
+        raise TypeError(f"argument types of {name} are a tuple of types, got {tt!r}")
+    for t in tt:
+        if not isinstance(t, type):
+            raise TypeError(
+                f"cannot dispatch {name} on {t!r}: argument types must be types "
+                f"(got a {type(t).__name__} in {tt!r})"
+            )
+    return tt
+
+
+class GenericFunction:
+    """A named method table. ``@gf.method`` adds (or replaces) a method from annotations."""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a generic function's name is a non-empty str, got {name!r}")
+        self.name = name
+        self._methods: tuple[Method, ...] = ()  # replaced whole, so readers need no lock
+        self._backedges: list[tuple[tuple[type, ...], Method, Backedge]] = []
+        self._edge_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<generic function {self.name} with {len(self.methods())} method(s)>"
+
+    # -- definitions ---------------------------------------------------------------------
+
+    def method(self, fn: Callable[..., Any] | None = None, *,
+               callees: Iterable[GenericFunction] = ()) -> Any:
+        """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``).
+
+        Returns the generic function, so the decorated name refers to it.
+        """
+        if fn is None:
+            return lambda f: self.method(f, callees=callees)
+        self.add_method(fn, callees=callees)
+        return self
+
+    def add_method(self, fn: Callable[..., Any], signature: tuple[type, ...] | None = None,
+                   callees: Iterable[GenericFunction] = ()) -> Method:
+        """Add ``fn`` with ``signature`` (default: from its annotations); raises the world.
+
+        A method with the same signature as a visible one replaces it: the old one's
+        range is closed at the previous world, so older worlds still see it.
+        """
+        if not callable(fn):
+            raise TypeError(f"a method of {self.name} must be callable, got {fn!r}")
+        sig = signature_of(fn) if signature is None else _check_tt(self.name, signature)
+        callees = tuple(callees)
+        for c in callees:
+            if not isinstance(c, GenericFunction):
+                raise TypeError(
+                    f"callees of {self.name} must be device functions (generic functions), "
+                    f"got {c!r}"
+                )
+        with _world.lock():
+            # Everything below is made consistent for the new world before that world is
+            # published (advance), so a reader in either world dispatches correctly.
+            new_world = _world.latest() + 1
+            method = Method(self, fn, sig, callees, new_world)
+            old = [m for m in self._methods if m.max_world >= new_world and m.signature == sig]
+            for m in old:
+                m.max_world = new_world - 1
+            self._methods = (*self._methods, method)
+            self._invalidate(new_world)
+            _world.advance()
+        return method
+
+    # -- dispatch ------------------------------------------------------------------------
+
+    def methods(self, world: int | None = None) -> list[Method]:
+        """The methods visible in ``world`` (default: the task's world)."""
+        w = _world.current() if world is None else world
+        return [m for m in self._methods if m.visible(w)]
+
+    def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
+        cands = [m for m in self._methods if m.visible(world) and m.applies(tt)]
+        if len(cands) == 1:
+            return cands[0]
+        best = [m for m in cands
+                if all(o is m or _more_specific(m.signature, o.signature) for o in cands)]
+        if len(best) == 1:
+            return best[0]
+        if not cands:
+            visible = [m for m in self._methods if m.visible(world)]
+            listing = "; ".join(_sig_str(self.name, m.signature) for m in visible) or "none"
+            raise MethodError(
+                f"no method of {self.name} matches {_sig_str(self.name, tt)} in world {world}; "
+                f"methods visible there: {listing}"
+            )
+        minimal = [m for m in cands
+                   if not any(o is not m and _more_specific(o.signature, m.signature)
+                              for o in cands)]
+        listing = "; ".join(_sig_str(self.name, m.signature) for m in minimal)
+        raise AmbiguityError(
+            f"{_sig_str(self.name, tt)} is ambiguous in world {world}: candidates {listing}; "
+            "define a method more specific than all of them"
+        )
+
+    def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
+        """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``."""
+        _check_tt(self.name, tt)
+        w = _world.current() if world is None else world
+        return self._dispatch(tt, w).specialize(tt)
+
+    # -- backedges -----------------------------------------------------------------------
+
+    def add_backedge(self, tt: tuple[type, ...], method: Method, edge: Backedge) -> None:
+        """Call ``edge.invalidate(w - 1)`` when a definition in world ``w`` changes the
+        dispatch of ``tt`` away from ``method`` (a replacement or a more specific method)."""
+        with self._edge_lock:
+            self._backedges.append((tt, method, edge))
+
+    def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
+        """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
+        try:
+            return self._dispatch(tt, world)
+        except MethodError:
+            return None
+
+    def _invalidate(self, new_world: int) -> None:
+        with self._edge_lock:
+            edges, kept = self._backedges, []
+            for tt, method, edge in edges:
+                if self.dispatches_to(tt, new_world) is method:
+                    kept.append((tt, method, edge))
+                else:
+                    edge.invalidate(new_world - 1)
+            self._backedges = kept
+
+
+def _more_specific(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
+    """``a`` is at least as specific as ``b`` and not the same signature."""
+    return a != b and all(is_subtype(x, y) for x, y in zip(a, b))

@@ -1,0 +1,166 @@
+"""World age: the global definition counter and the world each task runs in.
+
+Julia keeps a world counter that every definition raises, and each task runs in
+a fixed world. Here:
+
+- ``latest()`` is the counter; every definition the library tracks raises it.
+- ``current()`` is the calling task's world: ``latest()`` unless the task is
+  pinned by ``invoke_in_world``. Pins live in a ``contextvars.ContextVar``, so an
+  asyncio task inherits its creator's pin and a new thread starts unpinned.
+
+The hot path (every cached lookup, so every launch) reads the world with one
+attribute load, ``STATE.world``. That attribute holds the latest world while
+nothing in the process needs the slow path, and ``None`` (a value no cache entry
+holds) while any task is pinned, any compile hook is active or precompile-output
+mode is on. Folding those three checks into the one read keeps a hit to a load
+and a couple of comparisons; the slow path then reads the real task world.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+__all__ = [
+    "WORLD_MAX",
+    "bump",
+    "current",
+    "invoke_in_world",
+    "invokelatest",
+    "latest",
+]
+
+R = TypeVar("R")
+
+#: The upper end of an open validity range ("valid until something changes").
+WORLD_MAX: int = 2**62
+
+
+class _State:
+    """The process-wide world state read on the hot path."""
+
+    __slots__ = ("hooks", "latest", "pins", "precompile", "world")
+
+    def __init__(self) -> None:
+        self.latest = 1  # the global counter
+        self.world: int | None = 1  # latest, or None while the slow path is needed
+        self.pins = 0  # live pins (see _Pin)
+        self.hooks = 0  # active compile hooks (specializer.compiler)
+        self.precompile = False  # precompile-output mode (specializer.precompile)
+
+
+STATE = _State()
+_lock = threading.RLock()
+_pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None)
+
+
+def _refresh() -> None:
+    """Recompute the hot value from the state. Call with ``_lock`` held."""
+    s = STATE
+    s.world = None if (s.pins or s.hooks or s.precompile) else s.latest
+
+
+class _Pin:
+    """A task's pinned world.
+
+    Counted while alive rather than while ``invoke_in_world`` runs: a context
+    copied inside the call (an asyncio task created there) keeps the pin, and
+    the hot path must stay off until the last such context is gone.
+    """
+
+    __slots__ = ("world",)
+
+    def __init__(self, world: int) -> None:
+        self.world = world
+        with _lock:
+            STATE.pins += 1
+            _refresh()
+
+    def __del__(self) -> None:
+        try:
+            with _lock:
+                STATE.pins -= 1
+                _refresh()
+        except Exception:  # interpreter shutdown: module globals may be gone
+            pass
+
+
+def latest() -> int:
+    """The global world counter: the newest world."""
+    return STATE.latest
+
+
+def current() -> int:
+    """The calling task's world: the latest one unless the task is pinned."""
+    w = STATE.world
+    if w is not None:
+        return w
+    pin = _pin.get()
+    return STATE.latest if pin is None else pin.world
+
+
+def bump() -> int:
+    """Raise the world counter for a change the library cannot see; returns the new world."""
+    with _lock:
+        return advance()
+
+
+def _check_world(world: object) -> int:
+    if isinstance(world, bool) or not isinstance(world, int):
+        raise TypeError(f"a world is an int, got {type(world).__name__}: {world!r}")
+    if world < 1:
+        raise ValueError(f"world {world} does not exist: worlds start at 1")
+    if world > STATE.latest:
+        raise ValueError(
+            f"world {world} is in the future: the latest world is {STATE.latest} "
+            "(see specializer.world.latest())"
+        )
+    return world
+
+
+def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+    """Run ``fn(*args, **kwargs)`` pinned to ``world`` (an existing, possibly older, world)."""
+    token = _pin.set(_Pin(_check_world(world)))
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _pin.reset(token)
+
+
+def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
+    """Run ``fn(*args, **kwargs)`` unpinned, in the latest world, even from a pinned task."""
+    if _pin.get() is None:
+        return fn(*args, **kwargs)
+    token = _pin.set(None)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _pin.reset(token)
+
+
+def set_hooks(delta: int) -> None:
+    """Count a compile hook in (+1) or out (-1); used by ``specializer.compiler``."""
+    with _lock:
+        STATE.hooks += delta
+        _refresh()
+
+
+def set_precompile(on: bool) -> None:
+    """Turn precompile-output mode on or off; used by ``specializer.precompile``."""
+    with _lock:
+        STATE.precompile = bool(on)
+        _refresh()
+
+
+def advance() -> int:
+    """Raise the counter for a definition; returns the new world. Call with ``lock()`` held."""
+    STATE.latest += 1
+    _refresh()
+    return STATE.latest
+
+
+def lock() -> threading.RLock:
+    """The lock that serializes definitions (method tables read the world under it)."""
+    return _lock
