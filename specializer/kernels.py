@@ -1,0 +1,156 @@
+"""What every back-end shares: generic kernels and device functions, captured values
+(kernel instances), scalar argument types, and the uncached kernel lookup.
+
+A back-end makes one :class:`Definitions` (its ``kernel`` and ``device``
+decorators), maps values to argument types with its own ``typeof`` (built on
+:data:`SCALAR_TYPES`), and wraps :func:`uncached_lookup` in ``cached_lookup``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import world as _world
+from .compiler import CompilerConfig, CompilerJob, compile_and_link
+from .methods import GenericFunction
+from .types import type_name
+
+__all__ = [
+    "SCALAR_TYPES",
+    "Definitions",
+    "DeviceFunction",
+    "Kernel",
+    "KernelInstance",
+    "kernel_of",
+    "uncached_lookup",
+    "unsupported_argument",
+]
+
+#: Argument types of scalar values: Python scalars map to numpy's 64-bit types, and every
+#: numpy scalar type to itself.
+SCALAR_TYPES: dict[type, type[np.generic]] = {
+    int: np.int64,
+    float: np.float64,
+    bool: np.bool_,
+    **{t: t for t in set(np.sctypeDict.values()) if issubclass(t, np.number | np.bool_)},
+}
+
+
+def unsupported_argument(value: object, accepted: str) -> TypeError:
+    """The error for a launch argument of a type no kernel can take."""
+    return TypeError(
+        f"cannot pass a {type(value).__module__}.{type(value).__qualname__} to a kernel: "
+        f"accepted are {accepted}"
+    )
+
+
+class DeviceFunction(GenericFunction):
+    """A device function (callee): its methods take no parameters and return device source."""
+
+
+class Kernel(GenericFunction):
+    """A generic kernel: methods return device source defining a kernel of this name."""
+
+    def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
+        super().__init__(name)
+        self.typeof = typeof
+        self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
+        self._closures_lock = threading.Lock()
+
+    def capture(self, *values: Any) -> KernelInstance:
+        """A kernel instance whose ``values`` are passed as leading arguments on every launch.
+
+        Its type (one per kernel and captured types) is what the lookup caches on; the
+        instance itself is never stored, so dropping it frees the values.
+        """
+        tt = tuple(self.typeof(v) for v in values)
+        cls = self._closures.get(tt)
+        if cls is None:
+            with self._closures_lock:
+                cls = self._closures.get(tt)
+                if cls is None:
+                    name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
+                    cls = type(name, (KernelInstance,), {
+                        "__slots__": (), "kernel": self, "captured": tt,
+                        "__module__": __name__,
+                    })
+                    self._closures[tt] = cls
+        return cls(values)
+
+
+class KernelInstance:
+    """A kernel with captured values (a closure). Made by :meth:`Kernel.capture`."""
+
+    __slots__ = ("__weakref__", "values")
+    kernel: ClassVar[Kernel]
+    captured: ClassVar[tuple[type, ...]] = ()
+
+    def __init__(self, values: tuple[Any, ...]) -> None:
+        self.values = values
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} capturing {self.values!r}>"
+
+
+def kernel_of(F: Any) -> tuple[Kernel, tuple[type, ...]]:
+    """The kernel and captured argument types of ``F`` (a kernel, or a kernel instance's type)."""
+    if isinstance(F, Kernel):
+        return F, ()
+    if isinstance(F, type) and issubclass(F, KernelInstance) and F is not KernelInstance:
+        return F.kernel, F.captured
+    raise TypeError(f"expected a kernel or a kernel instance, got {F!r}")
+
+
+def uncached_lookup(F: Any, tt: tuple[type, ...], config: CompilerConfig,
+                    context: Hashable) -> Any:
+    """Dispatch in the task's world, then the compiled-code cache, then the handle for
+    ``context``: the lookup a back-end wraps in ``cached_lookup``."""
+    kernel, captured = kernel_of(F)
+    w = _world.current()
+    mi = kernel.methodinstance(captured + tt, w)
+    return compile_and_link(CompilerJob(mi, config, w), context)[1]
+
+
+class Definitions:
+    """A back-end's ``kernel`` and ``device`` decorators, with their tables by module and name.
+
+    ``@kernel`` defines a generic kernel, or adds a method to the one of that name in that
+    module; running a ``def`` again with the same signature replaces the method.
+    """
+
+    def __init__(self, typeof: Callable[[Any], type]) -> None:
+        self.typeof = typeof
+        self._table: dict[tuple[str, str, type], GenericFunction] = {}
+        self._lock = threading.Lock()
+
+    def _define(self, cls: type, fn: Callable[..., Any],
+                callees: Iterable[GenericFunction]) -> Any:
+        if not callable(fn):
+            raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
+        name = fn.__name__
+        key = (getattr(fn, "__module__", None) or "", name, cls)
+        with self._lock:
+            gf = self._table.get(key)
+            if gf is None:
+                gf = cls(name, self.typeof) if cls is Kernel else cls(name)
+                self._table[key] = gf
+        gf.add_method(fn, callees=callees)
+        return gf
+
+    def kernel(self, fn: Callable[..., Any] | None = None, *,
+               callees: Iterable[GenericFunction] = ()) -> Any:
+        """``@kernel`` or ``@kernel(callees=[...])``: define a kernel method."""
+        if fn is None:
+            return lambda f: self._define(Kernel, f, callees)
+        return self._define(Kernel, fn, callees)
+
+    def device(self, fn: Callable[..., Any] | None = None, *,
+               callees: Iterable[GenericFunction] = ()) -> Any:
+        """``@device`` or ``@device(callees=[...])``: define a device function (a callee)."""
+        if fn is None:
+            return lambda f: self._define(DeviceFunction, f, callees)
+        return self._define(DeviceFunction, fn, callees)
