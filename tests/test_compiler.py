@@ -1,0 +1,218 @@
+import numpy as np
+import pytest
+from pybackend import BACKEND, CONFIG, device, kernel, run
+
+import specializer
+from specializer import CompileError, compile_count, device_code, device_code_source, latest
+from specializer.compiler import CompilerJob, compile_and_link
+
+
+def test_unrelated_definition_raises_the_world_but_recompiles_nothing():
+    @kernel
+    def plus1(x: np.number):
+        return "def plus1(x): return x + 1"
+
+    assert run(plus1, 1) == 2
+    n = compile_count()
+
+    @kernel
+    def unrelated_cc(x: np.number):
+        return "def unrelated_cc(x): return x"
+
+    specializer.bump()
+    assert run(plus1, 1) == 2
+    assert compile_count() == n
+
+
+def test_callee_redefinition_recompiles_dependents_transitively_and_nothing_else():
+    @device
+    def leaf_cc():
+        return "def leaf_cc(v): return v * 2"
+
+    @device(callees=[leaf_cc])
+    def mid_cc():
+        return "def mid_cc(v): return leaf_cc(v) + 1"
+
+    @kernel(callees=[mid_cc])
+    def top_cc(x: np.number):
+        return "def top_cc(x): return mid_cc(x)"
+
+    @kernel
+    def independent_cc(x: np.number):
+        return "def independent_cc(x): return -x"
+
+    assert run(top_cc, 3) == 7 and run(independent_cc, 3) == -3
+    n = compile_count()
+
+    @device
+    def leaf_cc():
+        return "def leaf_cc(v): return v * 10"
+
+    assert run(independent_cc, 3) == -3
+    assert compile_count() == n  # not dependent: still valid
+    assert run(top_cc, 3) == 31
+    assert compile_count() == n + 1  # the dependent kernel, once
+    assert run(top_cc, 3) == 31
+    assert compile_count() == n + 1
+
+
+def test_old_world_reuses_the_code_compiled_for_it():
+    @device
+    def sq_cc():
+        return "def sq_cc(v): return v * v"
+
+    @kernel(callees=[sq_cc])
+    def app_cc(x: np.number):
+        return "def app_cc(x): return sq_cc(x)"
+
+    assert run(app_cc, 3) == 9
+    old = latest()
+
+    @device
+    def sq_cc():
+        return "def sq_cc(v): return v * v * v"
+
+    assert run(app_cc, 3) == 27
+    n = compile_count()
+    assert specializer.invoke_in_world(old, run, app_cc, 3) == 9
+    assert compile_count() == n
+
+
+def test_more_specific_method_is_compiled_while_the_old_code_stays_valid_for_its_world():
+    @kernel
+    def which_cc(x: np.number):
+        return "def which_cc(x): return 'number'"
+
+    assert run(which_cc, 1) == "number"
+    old = latest()
+
+    @kernel
+    def which_cc(x: np.int64):
+        return "def which_cc(x): return 'int64'"
+
+    assert run(which_cc, 1) == "int64"
+    assert run(which_cc, 1.0) == "number"
+    assert specializer.invoke_in_world(old, run, which_cc, 1) == "number"
+
+
+def test_compile_error_stores_nothing_and_a_fixed_redefinition_works_at_once():
+    @kernel
+    def broken_cc(x: np.number):
+        return "def broken_cc(x) return x"
+
+    with pytest.raises(CompileError, match="broken_cc"):
+        run(broken_cc, 1)
+
+    @kernel
+    def broken_cc(x: np.number):
+        return "def broken_cc(x): return x * 3"
+
+    assert run(broken_cc, 2) == 6
+
+
+def test_link_failure_stores_nothing():
+    @kernel
+    def nolink_cc(x: np.number):
+        return "def other_name(x): return x"
+
+    n = compile_count()
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            run(nolink_cc, 1)
+    assert compile_count() == n + 2  # the failed code was not kept
+
+
+def test_method_body_must_return_source():
+    @kernel
+    def nosource_cc(x: np.number):
+        return 42
+
+    with pytest.raises(TypeError, match="must return device source"):
+        run(nosource_cc, 1)
+
+
+def test_each_context_gets_its_own_link_of_one_compilation():
+    @kernel
+    def ctx_cc(x: np.number):
+        return "def ctx_cc(x): return (context, x)"
+
+    n, links = compile_count(), BACKEND.links
+    assert run(ctx_cc, 1, context="a") == ("a", 1)
+    assert run(ctx_cc, 1, context="b") == ("b", 1)
+    assert compile_count() == n + 1 and BACKEND.links == links + 2
+
+
+def test_compile_hooks_see_kernels_compiled_before_the_block():
+    @kernel
+    def hooked_cc(x: np.number):
+        return "def hooked_cc(x): return x"
+
+    run(hooked_cc, 1)
+    n = compile_count()
+    seen = []
+    with device_code(lambda job, artifact: seen.append((job.name, artifact.source))):
+        run(hooked_cc, 1)
+        run(hooked_cc, 2)
+    assert seen == [("hooked_cc", "def hooked_cc(x): return x")] * 2
+    assert compile_count() == n
+    run(hooked_cc, 1)
+    assert len(seen) == 2  # the hook is gone after the block
+
+
+def test_device_code_source_collects_callee_and_kernel_source():
+    @device
+    def helper_src():
+        return "def helper_src(v): return v"
+
+    @kernel(callees=[helper_src])
+    def with_src(x: np.number):
+        return "def with_src(x): return helper_src(x)"
+
+    run(with_src, 1)
+    with device_code_source() as sources:
+        run(with_src, 1)
+    assert sources == ["def helper_src(v): return v\ndef with_src(x): return helper_src(x)"]
+
+
+def test_device_code_source_without_a_lookup_raises_a_clear_error():
+    with pytest.raises(RuntimeError, match="no kernel was looked up"), device_code_source():
+        pass
+
+
+def test_device_code_source_does_not_mask_the_blocks_own_error():
+    with pytest.raises(ZeroDivisionError), device_code_source():
+        1 / 0  # noqa: B018
+
+
+def test_callee_cycle_is_a_compile_error():
+    @device
+    def cyc_a():
+        return ""
+
+    @device(callees=[cyc_a])
+    def cyc_b():
+        return ""
+
+    @device(callees=[cyc_b])
+    def cyc_a():
+        return ""
+
+    @kernel(callees=[cyc_a])
+    def cyc_k(x: np.number):
+        return ""
+
+    with pytest.raises(CompileError, match="cycle"):
+        run(cyc_k, 1)
+
+
+def test_compile_and_link_caches_per_method_instance_config_and_world_range():
+    @kernel
+    def direct_cc(x: np.number):
+        return "def direct_cc(x): return x"
+
+    mi = direct_cc.methodinstance((np.int64,))
+    ci1, f1 = compile_and_link(CompilerJob(mi, CONFIG, latest()), "ctx")
+    specializer.bump()
+    ci2, f2 = compile_and_link(CompilerJob(mi, CONFIG, latest()), "ctx")
+    assert ci1 is ci2 and f1 is f2 and ci1.valid(latest())
+    assert ci1.min_world == mi.method.min_world

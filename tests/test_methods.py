@@ -1,0 +1,199 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specializer import (
+    AmbiguityError,
+    GenericFunction,
+    MethodError,
+    bump,
+    invoke_in_world,
+    latest,
+)
+from specializer.types import DeviceArray
+
+
+class Array(DeviceArray):
+    pass
+
+
+def test_array_types_are_interned_and_follow_numpys_hierarchy():
+    assert Array[np.float32] is Array[np.dtype("float32")]
+    assert issubclass(Array[np.float32], Array[np.floating])
+    assert issubclass(Array[np.floating], Array[np.generic])
+    assert not issubclass(Array[np.float32], Array[np.integer])
+    assert Array[np.float32].dtype == np.dtype(np.float32)
+    assert Array[np.float32].eltype is np.float32
+    assert repr(Array[np.float32]) == "Array[np.float32]"
+
+
+def test_array_type_rejects_non_numpy_element_types():
+    with pytest.raises(TypeError, match="numpy scalar type"):
+        Array[str]
+
+
+def test_more_specific_method_is_seen_in_the_new_world_and_not_in_an_older_one():
+    gf = GenericFunction("spec")
+
+    @gf.method
+    def spec(x: np.number):
+        return "number"
+
+    before = latest()
+
+    @gf.method
+    def spec(x: np.int64):
+        return "int64"
+
+    assert gf.methodinstance((np.int64,)).method.fn(np.int64) == "int64"
+    assert gf.methodinstance((np.float32,)).method.fn(np.float32) == "number"
+    old = invoke_in_world(before, gf.methodinstance, (np.int64,))
+    assert old.method.fn(np.int64) == "number"
+    assert gf.methodinstance((np.int64,), world=before).method is old.method
+
+
+def test_replacing_a_method_closes_its_range_and_keeps_it():
+    gf = GenericFunction("repl")
+
+    @gf.method
+    def repl(x: np.floating):
+        return 1
+
+    first = gf.methodinstance((np.float32,)).method
+    w = latest()
+
+    @gf.method
+    def repl(x: np.floating):
+        return 2
+
+    second = gf.methodinstance((np.float32,)).method
+    assert first.max_world == w and second.min_world == w + 1
+    assert gf.methodinstance((np.float32,), world=w).method is first
+    assert len(gf.methods()) == 1 and len(gf.methods(world=w)) == 1
+
+
+def test_method_instances_are_interned_per_method_and_types():
+    gf = GenericFunction("interned")
+
+    @gf.method
+    def interned(x: np.number, y: Array[np.floating]):
+        return 0
+
+    a = gf.methodinstance((np.int64, Array[np.float32]))
+    b = gf.methodinstance((np.int64, Array[np.float32]))
+    assert a is b and a.tt == (np.int64, Array[np.float32])
+    assert a.method.signature == (np.number, Array[np.floating])
+
+
+def test_no_method_error_names_function_types_and_candidates():
+    gf = GenericFunction("nomatch")
+
+    @gf.method
+    def nomatch(x: np.floating):
+        return 0
+
+    with pytest.raises(MethodError) as e:
+        gf.methodinstance((np.int64,))
+    msg = str(e.value)
+    assert "nomatch(np.int64)" in msg and "nomatch(np.floating)" in msg
+    assert f"world {latest()}" in msg
+
+
+def test_ambiguity_error_names_the_candidates():
+    gf = GenericFunction("amb")
+
+    @gf.method
+    def amb(x: np.float32, y: np.number):
+        return 0
+
+    @gf.method
+    def amb(x: np.number, y: np.float32):
+        return 0
+
+    with pytest.raises(AmbiguityError) as e:
+        gf.methodinstance((np.float32, np.float32))
+    msg = str(e.value)
+    assert "amb(np.float32, np.float32) is ambiguous" in msg
+    assert "amb(np.float32, np.number)" in msg and "amb(np.number, np.float32)" in msg
+
+    @gf.method
+    def amb(x: np.float32, y: np.float32):
+        return 1
+
+    assert gf.methodinstance((np.float32, np.float32)).method.fn(None, None) == 1
+
+
+def test_dispatch_depends_on_argument_count():
+    gf = GenericFunction("arity")
+
+    @gf.method
+    def arity(x: np.number):
+        return 1
+
+    @gf.method
+    def arity(x: np.number, y: np.number):
+        return 2
+
+    assert gf.methodinstance((np.int64, np.int64)).method.fn(0, 0) == 2
+    with pytest.raises(MethodError):
+        gf.methodinstance(())
+
+
+def test_method_without_annotation_is_rejected_naming_the_parameter_and_changes_nothing():
+    gf = GenericFunction("bad")
+    w = latest()
+    with pytest.raises(TypeError, match="parameter 'y' .* has no annotation"):
+
+        @gf.method
+        def bad(x: np.number, y):
+            return 0
+
+    with pytest.raises(TypeError, match="parameter 'x' .* not a type"):
+
+        @gf.method
+        def bad(x: 3):  # noqa: F821
+            return 0
+
+    with pytest.raises(TypeError, match="plain positional"):
+
+        @gf.method
+        def bad(*xs: np.number):
+            return 0
+
+    assert latest() == w and gf.methods() == []
+
+
+def test_string_annotations_are_evaluated():
+    gf = GenericFunction("strann")
+
+    @gf.method
+    def strann(x: np.float32):  # a string under `from __future__ import annotations`
+        return 0
+
+    assert gf.methodinstance((np.float32,)).method.signature == (np.float32,)
+
+
+def test_dispatch_on_a_non_type_is_a_type_error():
+    gf = GenericFunction("nontype")
+
+    @gf.method
+    def nontype(x: np.number):
+        return 0
+
+    with pytest.raises(TypeError, match="must be types"):
+        gf.methodinstance((1.0,))
+    with pytest.raises(TypeError, match="tuple of types"):
+        gf.methodinstance([np.int64])
+
+
+def test_method_visible_only_from_its_world():
+    gf = GenericFunction("later")
+    w = bump()
+
+    @gf.method
+    def later(x: np.number):
+        return 0
+
+    with pytest.raises(MethodError):
+        gf.methodinstance((np.int64,), world=w)

@@ -1,0 +1,109 @@
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+import specializer
+from specializer import GenericFunction, bump, current, invoke_in_world, invokelatest, latest
+
+
+def test_world_rises_by_one_on_each_definition_and_bump():
+    gf = GenericFunction("rises")
+    w0 = latest()
+
+    @gf.method
+    def rises(x: np.number):
+        return 1
+
+    assert latest() == w0 + 1
+    assert bump() == w0 + 2 == latest()
+
+    @gf.method
+    def rises(x: np.number):  # replacement
+        return 2
+
+    assert latest() == w0 + 3
+
+
+def test_current_is_latest_unless_pinned():
+    assert current() == latest()
+    w = latest()
+    bump()
+    assert invoke_in_world(w, current) == w
+    assert current() == latest() == w + 1
+
+
+def test_invoke_in_world_passes_arguments_and_restores_the_world():
+    w = bump()
+    bump()
+    assert invoke_in_world(w, lambda a, b=0: (current(), a, b), 1, b=2) == (w, 1, 2)
+    assert current() == latest()
+
+
+def test_invokelatest_runs_in_the_latest_world_from_a_pinned_task():
+    w = bump()
+    bump()
+    inner = invoke_in_world(w, lambda: (current(), invokelatest(current), current()))
+    assert inner == (w, latest(), w)
+
+
+def test_invoke_in_world_rejects_future_and_nonpositive_worlds():
+    with pytest.raises(ValueError, match="in the future"):
+        invoke_in_world(latest() + 1, current)
+    with pytest.raises(ValueError, match="worlds start at 1"):
+        invoke_in_world(0, current)
+    with pytest.raises(TypeError, match="a world is an int"):
+        invoke_in_world("3", current)
+    assert current() == latest()
+
+
+def test_pin_is_restored_when_the_function_raises():
+    w = bump()
+    bump()
+    with pytest.raises(KeyError):
+        invoke_in_world(w, lambda: {}["x"])
+    assert current() == latest()
+
+
+def test_asyncio_task_inherits_its_creators_pin_even_after_the_call_returns():
+    w = bump()
+    bump()
+
+    async def main():
+        task = invoke_in_world(w, lambda: asyncio.get_running_loop().create_task(world_later()))
+        assert current() == latest()  # the creator is unpinned again
+        return await task
+
+    async def world_later():
+        await asyncio.sleep(0)
+        bump()  # the latest world moves on; the task stays in its world
+        return current()
+
+    assert asyncio.run(main()) == w
+
+
+def test_new_thread_starts_unpinned():
+    w = bump()
+    bump()
+    seen = []
+
+    def body():
+        t = threading.Thread(target=lambda: seen.append(current()))
+        t.start()
+        t.join()
+
+    invoke_in_world(w, body)
+    assert seen == [latest()]
+
+
+def test_nested_pins_unwind_in_order():
+    w1 = bump()
+    w2 = bump()
+    bump()
+    got = invoke_in_world(w2, lambda: (current(), invoke_in_world(w1, current), current()))
+    assert got == (w2, w1, w2)
+
+
+def test_world_numbers_are_exported_at_top_level():
+    assert specializer.latest is latest and specializer.current is current
