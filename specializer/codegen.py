@@ -121,8 +121,13 @@ def _unique(name: str) -> str:
     return f"{name}_{i}"
 
 
-def generate(template: str, name_parts: Iterable[object], namespace: Mapping[str, Any],
-             specialization: str, **params: Any) -> Callable[..., Any]:
+def generate(
+    template: str,
+    name_parts: Iterable[object],
+    namespace: Mapping[str, Any],
+    specialization: str,
+    **params: Any,
+) -> Callable[..., Any]:
     """Render ``template`` as a function named from ``name_parts``, exec it with ``namespace``
     as its globals, register its source, and return it.
 

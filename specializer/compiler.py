@@ -57,7 +57,7 @@ class Backend(ABC):
 
     @abstractmethod
     def compile(self, job: CompilerJob) -> Artifact:
-        """Compile ``job`` (use ``job.device_sources()``); raise :class:`CompileError` on failure."""
+        """Compile ``job`` (from ``job.device_sources()``); raise :class:`CompileError`."""
 
     @abstractmethod
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
@@ -75,8 +75,11 @@ class CompilerConfig:
         self._hash = hash((id(backend), options))
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, CompilerConfig) and self.backend is other.backend
-                and self.options == other.options)
+        return (
+            isinstance(other, CompilerConfig)
+            and self.backend is other.backend
+            and self.options == other.options
+        )
 
     def __hash__(self) -> int:
         return self._hash
@@ -117,8 +120,7 @@ def _generate(mi: MethodInstance) -> str:
     src = mi.method.fn(*mi.tt)
     if not isinstance(src, str):
         raise TypeError(
-            f"the body of {mi.method!r} must return device source (a str), "
-            f"got {type(src).__name__}"
+            f"the body of {mi.method!r} must return device source (a str), got {type(src).__name__}"
         )
     return src
 
@@ -128,8 +130,9 @@ class CodeInstance:
 
     __slots__ = ("artifact", "config", "linked", "max_world", "mi", "min_world")
 
-    def __init__(self, mi: MethodInstance, config: CompilerConfig, artifact: Artifact,
-                 min_world: int) -> None:
+    def __init__(
+        self, mi: MethodInstance, config: CompilerConfig, artifact: Artifact, min_world: int
+    ) -> None:
         self.mi = mi
         self.config = config
         self.artifact = artifact
@@ -171,8 +174,9 @@ def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, .
     def visit(method: Method, path: tuple[str, ...]) -> None:
         for gf in method.callees:
             if gf.name in path:
-                raise CompileError(f"device functions call each other in a cycle: "
-                                   f"{' -> '.join((*path, gf.name))}")
+                raise CompileError(
+                    f"device functions call each other in a cycle: {' -> '.join((*path, gf.name))}"
+                )
             if id(gf) in seen:
                 continue
             seen.add(id(gf))
@@ -199,9 +203,7 @@ def _compile(job: CompilerJob) -> CodeInstance:
         # A definition made while compiling ran before these edges existed: if any
         # dispatch changed since, trust this code in its own world only.
         latest = _world.latest()
-        if latest != job.world and any(
-            gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps
-        ):
+        if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.invalidate(job.world)
     return ci
 

@@ -74,10 +74,16 @@ class Kernel(GenericFunction):
                 cls = self._closures.get(tt)
                 if cls is None:
                     name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
-                    cls = type(name, (KernelInstance,), {
-                        "__slots__": (), "kernel": self, "captured": tt,
-                        "__module__": __name__,
-                    })
+                    cls = type(
+                        name,
+                        (KernelInstance,),
+                        {
+                            "__slots__": (),
+                            "kernel": self,
+                            "captured": tt,
+                            "__module__": __name__,
+                        },
+                    )
                     self._closures[tt] = cls
         return cls(values)
 
@@ -105,8 +111,7 @@ def kernel_of(F: Any) -> tuple[Kernel, tuple[type, ...]]:
     raise TypeError(f"expected a kernel or a kernel instance, got {F!r}")
 
 
-def uncached_lookup(F: Any, tt: tuple[type, ...], config: CompilerConfig,
-                    context: Hashable) -> Any:
+def uncached_lookup(F: Any, tt: tuple[type, ...], config: CompilerConfig, context: Hashable) -> Any:
     """Dispatch in the task's world, then the compiled-code cache, then the handle for
     ``context``: the lookup a back-end wraps in ``cached_lookup``."""
     kernel, captured = kernel_of(F)
@@ -127,8 +132,7 @@ class Definitions:
         self._table: dict[tuple[str, str, type], GenericFunction] = {}
         self._lock = threading.Lock()
 
-    def _define(self, cls: type, fn: Callable[..., Any],
-                callees: Iterable[GenericFunction]) -> Any:
+    def _define(self, cls: type, fn: Callable[..., Any], callees: Iterable[GenericFunction]) -> Any:
         if not callable(fn):
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
@@ -141,15 +145,17 @@ class Definitions:
         gf.add_method(fn, callees=callees)
         return gf
 
-    def kernel(self, fn: Callable[..., Any] | None = None, *,
-               callees: Iterable[GenericFunction] = ()) -> Any:
+    def kernel(
+        self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()
+    ) -> Any:
         """``@kernel`` or ``@kernel(callees=[...])``: define a kernel method."""
         if fn is None:
             return lambda f: self._define(Kernel, f, callees)
         return self._define(Kernel, fn, callees)
 
-    def device(self, fn: Callable[..., Any] | None = None, *,
-               callees: Iterable[GenericFunction] = ()) -> Any:
+    def device(
+        self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()
+    ) -> Any:
         """``@device`` or ``@device(callees=[...])``: define a device function (a callee)."""
         if fn is None:
             return lambda f: self._define(DeviceFunction, f, callees)

@@ -81,8 +81,11 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
 def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
     fn = spec.fn
     with spec.lock:  # publishers only; a hit never takes it
-        kept = [(ew, ek, er) for ew, ek, er in _entries(fn)
-                if not (ew == w and (ek is key or ek == key))]
+        kept = [
+            (ew, ek, er)
+            for ew, ek, er in _entries(fn)
+            if not (ew == w and (ek is key or ek == key))
+        ]
         entries = [(w, key, result), *kept][:ENTRIES]
         flat: list[Any] = [_world.STATE]
         for e in entries:
@@ -102,8 +105,9 @@ def _name_of(x: Any) -> str:
     return str(getattr(x, "name", None) or getattr(x, "__name__", None) or type(x).__name__)
 
 
-def specialize(site: Callable[..., Any] | CodeType, V: type, F: Any, tt: tuple[type, ...],
-               K: type) -> Callable[[Any, Callable[[], Any]], Any]:
+def specialize(
+    site: Callable[..., Any] | CodeType, V: type, F: Any, tt: tuple[type, ...], K: type
+) -> Callable[[Any, Callable[[], Any]], Any]:
     """The specialized lookup for (call site, ``V``, ``F``, ``tt``, key type ``K``).
 
     Returns ``fn(key, lookup)``: the cached result for ``key`` in the task's world, or
@@ -130,13 +134,21 @@ def specialize(site: Callable[..., Any] | CodeType, V: type, F: Any, tt: tuple[t
         fn = _specializations.get(ident)
         if fn is not None:
             return fn
-        what = (f"{_name_of(F)}({', '.join(type_name(t) for t in tt)}) at {code.co_name} "
-                f"({code.co_filename}:{code.co_firstlineno}), key {type_name(K)}")
+        what = (
+            f"{_name_of(F)}({', '.join(type_name(t) for t in tt)}) at {code.co_name} "
+            f"({code.co_filename}:{code.co_firstlineno}), key {type_name(K)}"
+        )
         spec = _Spec(V, what)
         fn = codegen.generate(
             "lookup.py.j2",
-            ("lookup", code.co_name, _name_of(F), *(_name_of(t) for t in tt), _name_of(K),
-             _name_of(V)),
+            (
+                "lookup",
+                code.co_name,
+                _name_of(F),
+                *(_name_of(t) for t in tt),
+                _name_of(K),
+                _name_of(V),
+            ),
             {"_state": _world.STATE, "_EMPTY": _EMPTY, "_miss": functools.partial(_miss, spec)},
             f"cached_lookup: V={type_name(V)}, {what}",
             entries=ENTRIES,
@@ -147,8 +159,7 @@ def specialize(site: Callable[..., Any] | CodeType, V: type, F: Any, tt: tuple[t
     return fn
 
 
-def cached_lookup(lookup: Callable[[], V], V: type[V], F: Any, tt: tuple[type, ...],
-                  key: Any) -> V:
+def cached_lookup(lookup: Callable[[], V], V: type[V], F: Any, tt: tuple[type, ...], key: Any) -> V:
     """Run ``lookup()`` and remember its result per (``lookup.__code__``, ``F``, ``tt``,
     ``type(key)``, ``V``), reusing it while the task's world and ``key`` are the same.
 

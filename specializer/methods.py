@@ -51,11 +51,25 @@ def _range_str(lo: int, hi: int) -> str:
 class Method:
     """One method: a function, its signature, its callees and its world range."""
 
-    __slots__ = ("__weakref__", "_instances", "callees", "fn", "gf", "max_world", "min_world",
-                 "signature")
+    __slots__ = (
+        "__weakref__",
+        "_instances",
+        "callees",
+        "fn",
+        "gf",
+        "max_world",
+        "min_world",
+        "signature",
+    )
 
-    def __init__(self, gf: GenericFunction, fn: Callable[..., Any], signature: tuple[type, ...],
-                 callees: tuple[GenericFunction, ...], min_world: int) -> None:
+    def __init__(
+        self,
+        gf: GenericFunction,
+        fn: Callable[..., Any],
+        signature: tuple[type, ...],
+        callees: tuple[GenericFunction, ...],
+        min_world: int,
+    ) -> None:
         self.gf = gf
         self.fn = fn
         self.signature = signature
@@ -79,8 +93,10 @@ class Method:
         return mi
 
     def __repr__(self) -> str:
-        return f"<method {_sig_str(self.gf.name, self.signature)} " \
-               f"{_range_str(self.min_world, self.max_world)}>"
+        return (
+            f"<method {_sig_str(self.gf.name, self.signature)} "
+            f"{_range_str(self.min_world, self.max_world)}>"
+        )
 
 
 class MethodInstance:
@@ -166,8 +182,9 @@ class GenericFunction:
 
     # -- definitions ---------------------------------------------------------------------
 
-    def method(self, fn: Callable[..., Any] | None = None, *,
-               callees: Iterable[GenericFunction] = ()) -> Any:
+    def method(
+        self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()
+    ) -> Any:
         """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``).
 
         Returns the generic function, so the decorated name refers to it.
@@ -177,8 +194,12 @@ class GenericFunction:
         self.add_method(fn, callees=callees)
         return self
 
-    def add_method(self, fn: Callable[..., Any], signature: tuple[type, ...] | None = None,
-                   callees: Iterable[GenericFunction] = ()) -> Method:
+    def add_method(
+        self,
+        fn: Callable[..., Any],
+        signature: tuple[type, ...] | None = None,
+        callees: Iterable[GenericFunction] = (),
+    ) -> Method:
         """Add ``fn`` with ``signature`` (default: from its annotations); raises the world.
 
         A method with the same signature as a visible one replaces it: the old one's
@@ -218,8 +239,11 @@ class GenericFunction:
         cands = [m for m in self._methods if m.visible(world) and m.applies(tt)]
         if len(cands) == 1:
             return cands[0]
-        best = [m for m in cands
-                if all(o is m or _more_specific(m.signature, o.signature) for o in cands)]
+        best = [
+            m
+            for m in cands
+            if all(o is m or _more_specific(m.signature, o.signature) for o in cands)
+        ]
         if len(best) == 1:
             return best[0]
         if not cands:
@@ -229,9 +253,11 @@ class GenericFunction:
                 f"no method of {self.name} matches {_sig_str(self.name, tt)} in world {world}; "
                 f"methods visible there: {listing}"
             )
-        minimal = [m for m in cands
-                   if not any(o is not m and _more_specific(o.signature, m.signature)
-                              for o in cands)]
+        minimal = [
+            m
+            for m in cands
+            if not any(o is not m and _more_specific(o.signature, m.signature) for o in cands)
+        ]
         listing = "; ".join(_sig_str(self.name, m.signature) for m in minimal)
         raise AmbiguityError(
             f"{_sig_str(self.name, tt)} is ambiguous in world {world}: candidates {listing}; "

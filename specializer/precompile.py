@@ -30,7 +30,7 @@ def generating_output() -> bool:
     return _world.STATE.precompile
 
 
-class precompile_output:  # noqa: N801 - a function to callers, a context manager too
+class precompile_output:
     """Turn precompile-output mode on (default) or off.
 
     ``precompile_output(True)`` switches it at once; ``with precompile_output():``
@@ -44,8 +44,12 @@ class precompile_output:  # noqa: N801 - a function to callers, a context manage
     def __enter__(self) -> precompile_output:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         _world.set_precompile(self._previous)
 
 

@@ -61,8 +61,9 @@ device = defs.device
 def pyfunction(f: Any, tt: tuple[type, ...], context: Any = "ctx0") -> Any:
     """The back-end's lookup, wrapped in cached_lookup like clfunction/cufunction."""
     F = f if isinstance(f, Kernel) else type(f)
-    return cached_lookup(lambda: uncached_lookup(F, tt, CONFIG, context), object, F, tt,
-                         (context, ()))
+    return cached_lookup(
+        lambda: uncached_lookup(F, tt, CONFIG, context), object, F, tt, (context, ())
+    )
 
 
 def run(f: Any, *args: Any, context: Any = "ctx0") -> Any:

@@ -38,9 +38,12 @@ def make_site():
     counter = Counter()
     F = GenericFunction("site")
     ns = {}
-    exec("def call(key, counter, F, tt=()):\n"
-         "    return cached_lookup(lambda: counter(key), tuple, F, tt, key)",
-         {"cached_lookup": cached_lookup}, ns)
+    exec(
+        "def call(key, counter, F, tt=()):\n"
+        "    return cached_lookup(lambda: counter(key), tuple, F, tt, key)",
+        {"cached_lookup": cached_lookup},
+        ns,
+    )
     return (lambda key, tt=(): ns["call"](key, counter, F, tt)), counter
 
 

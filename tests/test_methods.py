@@ -143,16 +143,16 @@ def test_dispatch_depends_on_argument_count():
 def test_method_without_annotation_is_rejected_naming_the_parameter_and_changes_nothing():
     gf = GenericFunction("bad")
     w = latest()
-    with pytest.raises(TypeError, match="parameter 'y' .* has no annotation"):
+    with pytest.raises(TypeError, match=r"parameter 'y' .* has no annotation"):
 
         @gf.method
         def bad(x: np.number, y):
             return 0
 
-    with pytest.raises(TypeError, match="parameter 'x' .* not a type"):
+    with pytest.raises(TypeError, match=r"parameter 'x' .* not a type"):
 
         @gf.method
-        def bad(x: 3):  # noqa: F821
+        def bad(x: 3):
             return 0
 
     with pytest.raises(TypeError, match="plain positional"):

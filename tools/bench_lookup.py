@@ -57,7 +57,7 @@ def _setup():
 
     fn = specialize(lookup, tuple, kernel, tt, type(key))
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def lru(F, tt, key):
         return lookup()
 
@@ -114,9 +114,19 @@ def _instructions(variant: str, loops: int) -> int:
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "cg.out")
         subprocess.run(
-            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-             sys.executable, __file__, "--variant", variant, "--loops", str(loops)],
-            check=True, capture_output=True,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                __file__,
+                "--variant",
+                variant,
+                "--loops",
+                str(loops),
+            ],
+            check=True,
+            capture_output=True,
         )
         with open(out) as f:
             text = f.read()
@@ -149,23 +159,27 @@ def main() -> None:
         return
 
     have_vg = shutil.which("valgrind") is not None
-    print(f"Python {sys.version.split()[0]}, specializer {specializer.__version__}; "
-          f"callgrind loops {SHORT} and {LONG}" + ("" if have_vg else " (valgrind not found)"))
+    print(
+        f"Python {sys.version.split()[0]}, specializer {specializer.__version__}; "
+        f"callgrind loops {SHORT} and {LONG}" + ("" if have_vg else " (valgrind not found)")
+    )
     insns = {k: _per_call_insns(k) for k in loops} if have_vg else {}
     ns = _timings(loops)
     base_i = insns.get("empty loop", 0.0)
     base_t = ns["empty loop"]
     floor_i = insns.get("floor", 0.0) - base_i
     floor_t = ns["floor"] - base_t
-    print(f"\n| variant | instructions/call | x floor | ns/call | x floor |")
+    print("\n| variant | instructions/call | x floor | ns/call | x floor |")
     print("|---|---:|---:|---:|---:|")
     for k in loops:
         if k == "empty loop":
             continue
         i = insns.get(k, float("nan")) - base_i
         t = ns[k] - base_t
-        print(f"| {k} | {i:.0f} | {i / floor_i if floor_i else float('nan'):.2f} "
-              f"| {t:.1f} | {t / floor_t:.2f} |")
+        print(
+            f"| {k} | {i:.0f} | {i / floor_i if floor_i else float('nan'):.2f} "
+            f"| {t:.1f} | {t / floor_t:.2f} |"
+        )
     print(f"\n(loop overhead subtracted: {base_i:.0f} instructions, {base_t:.1f} ns per iteration)")
 
 

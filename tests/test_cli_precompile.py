@@ -1,0 +1,146 @@
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import specializer
+from specializer import PrecompileOutputError, generating_output, precompile_output
+from specializer.codegen import write_atomic
+
+PROGRAM = textwrap.dedent("""
+    import sys
+    import specializer
+    from specializer import GenericFunction, cached_lookup
+
+    F = GenericFunction("dumped")
+    calls = []
+
+    def get(key):
+        return cached_lookup(lambda: (calls.append(key) or len(calls),), tuple, F, (), key)
+
+    for k in ["a", "a", "b"]:
+        get(k)
+    print("generating_output", specializer.generating_output(), "lookups", len(calls))
+    sys.exit(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+""")
+
+
+def _python(*args, env=None, cwd=None):
+    return subprocess.run(
+        [sys.executable, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def program(tmp_path):
+    path = tmp_path / "prog.py"
+    path.write_text(PROGRAM)
+    return path
+
+
+def test_precompile_output_as_function_and_context_manager():
+    assert not generating_output()
+    with precompile_output():
+        assert generating_output()
+        with precompile_output(False):
+            assert not generating_output()
+        assert generating_output()
+    assert not generating_output()
+    precompile_output(True)
+    try:
+        assert specializer.generating_output()
+    finally:
+        precompile_output(False)
+    assert not generating_output()
+
+
+def test_environment_variable_turns_the_mode_on_and_lookups_store_nothing(program):
+    r = _python(str(program), env={"SPECIALIZER_PRECOMPILE_OUTPUT": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "generating_output True lookups 3" in r.stdout
+    r = _python(str(program), env={"SPECIALIZER_PRECOMPILE_OUTPUT": "0"})
+    assert "generating_output False lookups 2" in r.stdout
+
+
+def test_precompile_command_runs_a_build_command_with_the_mode_on(program):
+    r = _python("-m", "specializer", "precompile", "--", sys.executable, str(program), "3")
+    assert r.returncode == 3
+    assert "generating_output True lookups 3" in r.stdout
+
+
+def test_writing_generated_source_is_refused_in_precompile_mode_and_leaves_nothing(tmp_path):
+    target = tmp_path / "out.py"
+    with precompile_output(), pytest.raises(PrecompileOutputError) as e:
+        write_atomic(target, "x = 1\n")
+    msg = str(e.value)
+    assert "precompile-output mode is on" in msg
+    assert "precompile_output(False)" in msg and "SPECIALIZER_PRECOMPILE_OUTPUT" in msg
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_write_atomic_replaces_whole_files(tmp_path):
+    target = tmp_path / "out.py"
+    write_atomic(target, "a = 1\n")
+    write_atomic(target, "a = 2\n")
+    assert target.read_text() == "a = 2\n" and [p.name for p in tmp_path.iterdir()] == ["out.py"]
+
+
+def test_dump_prints_every_generated_function_deterministically(program):
+    r1 = _python("-m", "specializer", "dump", str(program))
+    r2 = _python("-m", "specializer", "dump", str(program))
+    assert r1.returncode == 0, r1.stderr
+    assert "def lookup_lambda_dumped_str_tuple(key, lookup" in r1.stdout
+    assert "lookups 2" in r1.stdout
+    assert r1.stdout == r2.stdout
+
+
+def test_dump_passes_arguments_and_exit_status(program):
+    r = _python("-m", "specializer", "dump", str(program), "5")
+    assert r.returncode == 5 and "def lookup_lambda_dumped" in r.stdout
+
+
+def test_dump_out_writes_one_file_per_function(program, tmp_path):
+    out = tmp_path / "dumped"
+    r = _python("-m", "specializer", "dump", "--out", str(out), str(program))
+    assert r.returncode == 0, r.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["lookup_lambda_dumped_str_tuple.py"]
+    text = (out / files[0]).read_text()
+    compile(text, files[0], "exec")
+    assert "cached_lookup" in text.splitlines()[0]
+
+
+def test_dump_out_is_refused_in_precompile_mode_before_running(program, tmp_path):
+    out = tmp_path / "dumped"
+    r = _python(
+        "-m",
+        "specializer",
+        "dump",
+        "--out",
+        str(out),
+        str(program),
+        env={"SPECIALIZER_PRECOMPILE_OUTPUT": "1"},
+    )
+    assert r.returncode != 0
+    assert "precompile-output mode is on" in r.stderr
+    assert "generating_output" not in r.stdout  # the program never ran
+    assert not out.exists()
+
+
+def test_dump_runs_a_module(tmp_path):
+    (tmp_path / "dumpmod.py").write_text(PROGRAM)
+    r = _python("-m", "specializer", "dump", "dumpmod", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "def lookup_lambda_dumped_str_tuple" in r.stdout
+
+
+def test_unknown_command_prints_usage():
+    r = _python("-m", "specializer", "frobnicate")
+    assert r.returncode == 2 and "dump [--out DIR]" in r.stderr
