@@ -5,9 +5,9 @@ handle) in it. It remembers the result per (call site, F, tt, key type, V) and
 reuses it while the task's world and the key are the same.
 
 Each such tuple gets its own function, rendered from ``templates/lookup.py.j2``
-and exec'd on first use. Its cache is its own defaults: up to four
-(world, key, result) entries, most recent first, published on a miss by one
-assignment of a new ``__defaults__`` tuple. A hit therefore takes no lock, hashes
+and exec'd on first use. Its cache is its own defaults: the most recent
+(world, key, result) entry, then a tuple of the older ones (four in all), published
+on a miss by one assignment of a new ``__defaults__`` tuple. A hit therefore takes no lock, hashes
 nothing and allocates nothing: a reader sees either the old tuple or the new one,
 never a torn entry.
 
@@ -53,8 +53,18 @@ class _Spec:
 
 
 def _entries(fn: FunctionType) -> list[tuple[int, Any, Any]]:
-    d = fn.__defaults__ or ()
-    return [(d[i], d[i + 1], d[i + 2]) for i in range(1, len(d), 3) if d[i] is not _EMPTY]
+    _, w0, k0, r0, older = fn.__defaults__
+    flat = (w0, k0, r0, *older)
+    return [flat[i : i + 3] for i in range(0, len(flat), 3) if flat[i] is not _EMPTY]
+
+
+def _defaults(entries: list[tuple[int, Any, Any]]) -> tuple[Any, ...]:
+    """The defaults that hold ``entries``: the world cell, the newest entry, the older ones."""
+    flat: list[Any] = []
+    for e in entries:
+        flat.extend(e)
+    flat.extend((_EMPTY, None, None) * (ENTRIES - len(entries)))
+    return (_world.WORLD, *flat[:3], tuple(flat[3:]))
 
 
 def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
@@ -86,12 +96,7 @@ def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
             for ew, ek, er in _entries(fn)
             if not (ew == w and (ek is key or ek == key))
         ]
-        entries = [(w, key, result), *kept][:ENTRIES]
-        flat: list[Any] = [_world.STATE]
-        for e in entries:
-            flat.extend(e)
-        flat.extend((_EMPTY, None, None) * (ENTRIES - len(entries)))
-        fn.__defaults__ = tuple(flat)  # the one publishing store
+        fn.__defaults__ = _defaults([(w, key, result), *kept][:ENTRIES])  # one publishing store
 
 
 _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[..., Any]] = {}
@@ -149,10 +154,11 @@ def specialize(
                 _name_of(K),
                 _name_of(V),
             ),
-            {"_state": _world.STATE, "_EMPTY": _EMPTY, "_miss": functools.partial(_miss, spec)},
+            {"_miss": functools.partial(_miss, spec)},
             f"cached_lookup: V={type_name(V)}, {what}",
             entries=ENTRIES,
         )
+        fn.__defaults__ = _defaults([])
         spec.fn = fn
         _sites[id(code)] = code
         _specializations[ident] = fn
@@ -165,7 +171,8 @@ def cached_lookup(lookup: Callable[[], V], V: type[V], F: Any, tt: tuple[type, .
 
     Equivalent to ``specialize(lookup, V, F, tt, type(key))(key, lookup)``.
     """
-    fn = _specializations.get((id(getattr(lookup, "__code__", None)), F, tt, type(key), V))
-    if fn is None:
+    try:
+        fn = _specializations[id(lookup.__code__), F, tt, type(key), V]
+    except (KeyError, AttributeError):
         fn = specialize(lookup, V, F, tt, type(key))
     return fn(key, lookup)

@@ -9,11 +9,13 @@ a fixed world. Here:
   asyncio task inherits its creator's pin and a new thread starts unpinned.
 
 The hot path (every cached lookup, so every launch) reads the world with one
-attribute load, ``STATE.world``. That attribute holds the latest world while
-nothing in the process needs the slow path, and ``None`` (a value no cache entry
-holds) while any task is pinned, any compile hook is active or precompile-output
-mode is on. Folding those three checks into the one read keeps a hit to a load
-and a couple of comparisons; the slow path then reads the real task world.
+load, ``WORLD[0]`` (a one-item list: in CPython a subscript of a list is cheaper
+than an attribute load, and it is bound once as a default). It holds the latest
+world while nothing in the process needs the slow path, and ``None`` (a value no
+cache entry holds) while any task is pinned, any compile hook is active or
+precompile-output mode is on. Folding those three checks into the one read keeps
+a hit to a load and a couple of comparisons; the slow path then reads the real
+task world.
 """
 
 from __future__ import annotations
@@ -41,17 +43,18 @@ WORLD_MAX: int = 2**62
 class _State:
     """The process-wide world state read on the hot path."""
 
-    __slots__ = ("hooks", "latest", "pins", "precompile", "world")
+    __slots__ = ("hooks", "latest", "pins", "precompile")
 
     def __init__(self) -> None:
         self.latest = 1  # the global counter
-        self.world: int | None = 1  # latest, or None while the slow path is needed
         self.pins = 0  # live pins (see _Pin)
         self.hooks = 0  # active compile hooks (specializer.compiler)
         self.precompile = False  # precompile-output mode (specializer.precompile)
 
 
 STATE = _State()
+#: The hot world: ``[latest]``, or ``[None]`` while the slow path is needed.
+WORLD: list[int | None] = [STATE.latest]
 _lock = threading.RLock()
 _pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None)
 
@@ -59,7 +62,7 @@ _pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None
 def _refresh() -> None:
     """Recompute the hot value from the state. Call with ``_lock`` held."""
     s = STATE
-    s.world = None if (s.pins or s.hooks or s.precompile) else s.latest
+    WORLD[0] = None if (s.pins or s.hooks or s.precompile) else s.latest
 
 
 class _Pin:
@@ -94,7 +97,7 @@ def latest() -> int:
 
 def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
-    w = STATE.world
+    w = WORLD[0]
     if w is not None:
         return w
     pin = _pin.get()
