@@ -173,6 +173,6 @@ def cached_lookup(lookup: Callable[[], V], V: type[V], F: Any, tt: tuple[type, .
     """
     try:
         fn = _specializations[id(lookup.__code__), F, tt, type(key), V]
-    except (KeyError, AttributeError):
+    except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
         fn = specialize(lookup, V, F, tt, type(key))
     return fn(key, lookup)

@@ -189,6 +189,10 @@ def test_specialize_rejects_bad_arguments():
         specialize(lambda: 0, tuple, F, (1,), str)
     with pytest.raises(TypeError, match="hashable"):
         specialize(lambda: 0, tuple, F, [np.int64], str)
+    with pytest.raises(TypeError, match="hashable"):
+        cached_lookup(lambda: (1,), tuple, F, [np.int64], "k")
+    with pytest.raises(TypeError, match="code object"):
+        cached_lookup(print, tuple, F, (), "k")
 
 
 def test_compile_hook_bypasses_the_cache_so_it_sees_every_lookup():
