@@ -1,0 +1,589 @@
+"""The OpenCL back-end on real PoCL: kernels run, and each lookup is exactly right.
+
+Every kernel here has a name of its own: ``@cl.kernel`` adds a method to the kernel of that
+name in this module, so two tests defining ``fill`` would share one generic kernel.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+pyopencl = pytest.importorskip("pyopencl")
+import pyopencl.array as cla  # noqa: E402
+
+import specializer  # noqa: E402
+from specializer import CompileError, MethodError, compile_count, invoke_in_world  # noqa: E402
+from specializer.backends import opencl as cl  # noqa: E402
+
+F32 = cl.Array[np.float32]
+
+
+@pytest.fixture(scope="module")
+def queue():
+    return cl.default_queue()
+
+
+@pytest.fixture
+def lookups(monkeypatch):
+    """Counts the uncached lookups that run (each one a cache miss or a bypass)."""
+    calls = []
+    real = cl._uncached
+
+    def counting(F, tt, key):
+        calls.append((F, tt, key))
+        return real(F, tt, key)
+
+    monkeypatch.setattr(cl, "_uncached", counting)
+    return calls
+
+
+def zeros(queue, n=8, dtype=np.float32):
+    return cla.zeros(queue, n, dtype)
+
+
+@cl.kernel
+def set_value(x: cl.Array[np.number], v: np.number) -> str:
+    return f"""__kernel void set_value(__global {cl.ctype(x.dtype)} *x, {cl.ctype(v)} v) {{
+                   x[get_global_id(0)] = v; }}"""
+
+
+@cl.kernel
+def add_value(x: F32, v: np.float32) -> str:
+    return """__kernel void add_value(__global float *x, float v) {
+                  x[get_global_id(0)] += v; }"""
+
+
+# -- argument types ------------------------------------------------------------------------
+
+
+def test_typeof_maps_python_scalars_numpy_scalars_and_device_arrays(queue):
+    assert cl.typeof(3) is np.int64
+    assert cl.typeof(2.5) is np.float64
+    assert cl.typeof(True) is np.bool_
+    assert cl.typeof(np.float32(1)) is np.float32
+    assert cl.typeof(np.uint16(1)) is np.uint16
+    x = zeros(queue, dtype=np.int32)
+    assert cl.typeof(x) is cl.Array[np.int32]
+    assert cl.typeof(x).dtype == np.dtype(np.int32)
+    assert issubclass(cl.typeof(x), cl.Array[np.integer])
+
+
+def test_typeof_rejects_other_values_naming_the_type_and_what_is_accepted():
+    with pytest.raises(TypeError, match=r"numpy\.ndarray.*accepted are .*pyopencl\.array\.Array"):
+        cl.typeof(np.zeros(3))
+    with pytest.raises(TypeError, match=r"builtins\.str.*Python int, float and bool"):
+        cl.typeof("x")
+
+
+def test_ctype_spells_scalar_types_in_opencl_c():
+    assert cl.ctype(np.float32) == "float"
+    assert cl.ctype(np.float64) == "double"
+    assert cl.ctype(np.float16) == "half"
+    assert cl.ctype(np.int8) == "char"
+    assert cl.ctype(np.uint8) == "uchar"
+    assert cl.ctype(np.int16) == "short"
+    assert cl.ctype(np.int32) == "int"
+    assert cl.ctype(np.uint32) == "uint"
+    assert cl.ctype(np.int64) == "long"
+    assert cl.ctype(np.longlong) == "long"
+    assert cl.ctype(np.uint64) == "ulong"
+    assert cl.ctype(np.bool_) == "uchar"
+    assert cl.ctype(np.dtype("float32")) == "float"
+    assert cl.ctype(F32.dtype) == "float"
+
+
+def test_ctype_rejects_abstract_array_and_unsupported_types_saying_what_to_do():
+    with pytest.raises(TypeError, match=r"np\.floating is abstract"):
+        cl.ctype(np.floating)
+    with pytest.raises(TypeError, match=r"array type: use ctype\(x\.dtype\)"):
+        cl.ctype(F32)
+    with pytest.raises(TypeError, match="OpenCL has no type for float128"):
+        cl.ctype(np.longdouble)
+    with pytest.raises(TypeError, match="numpy scalar type or dtype"):
+        cl.ctype("float")
+
+
+# -- kernels, methods and worlds -------------------------------------------------------------
+
+
+def test_generic_kernel_runs_on_two_element_types(queue):
+    before = compile_count()
+    x = zeros(queue, 16, np.float32)
+    y = zeros(queue, 16, np.int32)
+    ev = cl.launch(set_value, x, np.float32(2.5), global_size=x.size)
+    assert isinstance(ev, pyopencl.Event)
+    cl.launch(set_value, y, np.int32(-7), global_size=y.size)
+    np.testing.assert_array_equal(x.get(), np.full(16, 2.5, np.float32))
+    np.testing.assert_array_equal(y.get(), np.full(16, -7, np.int32))
+    assert compile_count() - before == 2  # one method, two method instances
+    cl.launch(set_value, x, np.float32(4), global_size=x.size)
+    np.testing.assert_array_equal(x.get(), np.full(16, 4, np.float32))
+    assert compile_count() - before == 2
+
+
+def test_python_scalars_are_passed_as_the_types_they_map_to(queue):
+    @cl.kernel
+    def store_three(x: cl.Array[np.float64], a: np.int64, b: np.float64, c: np.bool_) -> str:
+        return """__kernel void store_three(__global double *x, long a, double b, uchar c) {
+                      x[0] = a; x[1] = b; x[2] = c; }"""
+
+    x = zeros(queue, 3, np.float64)
+    cl.launch(store_three, x, -(2**40), 0.25, True, global_size=1)
+    np.testing.assert_array_equal(x.get(), [-(2.0**40), 0.25, 1.0])
+    cl.launch(store_three, x, np.int64(5), np.float64(1.5), np.bool_(False), global_size=1)
+    np.testing.assert_array_equal(x.get(), [5.0, 1.5, 0.0])
+
+
+def test_more_specific_method_takes_over_while_an_older_world_runs_the_old_one(queue):
+    @cl.kernel
+    def which(x: cl.Array[np.number]) -> str:
+        return f"""__kernel void which(__global {cl.ctype(x.dtype)} *x) {{
+                       x[get_global_id(0)] = 1; }}"""
+
+    x = zeros(queue, 4, np.float32)
+    cl.launch(which, x, global_size=4)
+    assert x.get().tolist() == [1, 1, 1, 1]
+    old_world = specializer.latest()
+    old_kernel = cl.clfunction(which, (F32,))
+
+    @cl.kernel
+    def which(x: F32) -> str:  # a second, more specific method
+        return "__kernel void which(__global float *x) { x[get_global_id(0)] = 2; }"
+
+    cl.launch(which, x, global_size=4)
+    assert x.get().tolist() == [2, 2, 2, 2]
+    invoke_in_world(old_world, cl.launch, which, x, global_size=4)
+    assert x.get().tolist() == [1, 1, 1, 1]
+    cl.launch(which, x, global_size=4)
+    assert x.get().tolist() == [2, 2, 2, 2]
+    # clfunction likewise: a new kernel now, the old one in the old world.
+    new_kernel = cl.clfunction(which, (F32,))
+    assert new_kernel.linked is not old_kernel.linked
+    assert invoke_in_world(old_world, cl.clfunction, which, (F32,)).linked is old_kernel.linked
+    assert cl.clfunction(which, (F32,)).linked is new_kernel.linked
+    old_kernel(x, global_size=4)
+    assert x.get().tolist() == [1, 1, 1, 1]
+
+
+def test_callee_redefinition_recompiles_exactly_the_dependent_kernels(queue):
+    @cl.device
+    def scaled() -> str:
+        return "float scaled(float v) { return 2.0f * v; }"
+
+    @cl.kernel(callees=[scaled])
+    def scale_a(x: F32) -> str:
+        return "__kernel void scale_a(__global float *x) { x[get_global_id(0)] = scaled(1.0f); }"
+
+    @cl.kernel(callees=[scaled])
+    def scale_b(x: F32) -> str:
+        return "__kernel void scale_b(__global float *x) { x[get_global_id(0)] = scaled(10.0f); }"
+
+    @cl.kernel
+    def no_callee(x: F32) -> str:
+        return "__kernel void no_callee(__global float *x) { x[get_global_id(0)] = 7.0f; }"
+
+    a, b, c = zeros(queue, 4), zeros(queue, 4), zeros(queue, 4)
+
+    def run_all():
+        for k, arr in ((scale_a, a), (scale_b, b), (no_callee, c)):
+            cl.launch(k, arr, global_size=4)
+        return a.get()[0], b.get()[0], c.get()[0]
+
+    assert run_all() == (2, 20, 7)
+    before = compile_count()
+
+    @cl.device
+    def scaled() -> str:  # the redefinition
+        return "float scaled(float v) { return 3.0f * v; }"
+
+    assert run_all() == (3, 30, 7)
+    assert compile_count() - before == 2  # scale_a and scale_b; no_callee kept its code
+
+    world = specializer.latest()
+
+    @cl.device
+    def unrelated() -> str:
+        return "float unrelated(float v) { return v; }"
+
+    assert specializer.latest() > world
+    assert run_all() == (3, 30, 7)
+    assert compile_count() - before == 2
+
+
+# -- captured values ---------------------------------------------------------------------------
+
+
+def test_captured_values_are_passed_on_every_launch(queue, lookups):
+    @cl.kernel
+    def add_captured(c: np.float32, x: F32) -> str:
+        return """__kernel void add_captured(float c, __global float *x) {
+                      x[get_global_id(0)] += c; }"""
+
+    before = compile_count()
+    x, y = zeros(queue, 4), zeros(queue, 4)
+    cl.launch(add_captured.capture(np.float32(1)), x, global_size=4)
+    cl.launch(add_captured.capture(np.float32(5)), y, global_size=4)
+    cl.launch(add_captured.capture(np.float32(2)), x, global_size=4)
+    assert x.get().tolist() == [3, 3, 3, 3]
+    assert y.get().tolist() == [5, 5, 5, 5]
+    assert compile_count() - before == 1  # one type for all three instances
+    assert len(lookups) == 1  # and one cached lookup result serves them all
+
+    hk = cl.clfunction(add_captured.capture(np.float32(10)), (F32,))
+    hk(y, global_size=4)
+    assert y.get().tolist() == [15, 15, 15, 15]
+
+
+def test_dropped_kernel_instance_and_its_captured_array_are_collected(queue):
+    @cl.kernel
+    def copy_captured(src: F32, dst: F32) -> str:
+        return """__kernel void copy_captured(__global float *src, __global float *dst) {
+                      size_t i = get_global_id(0); dst[i] = src[i]; }"""
+
+    src = cla.to_device(queue, np.arange(4, dtype=np.float32))
+    dst = zeros(queue, 4)
+    instance = copy_captured.capture(src)
+    cl.launch(instance, dst, global_size=4)
+    hk = cl.clfunction(instance, (F32,))
+    hk(dst, global_size=4)
+    assert dst.get().tolist() == [0, 1, 2, 3]
+    queue.finish()
+    instance_ref, src_ref = weakref.ref(instance), weakref.ref(src)
+    del instance, src, hk
+    gc.collect()
+    assert instance_ref() is None
+    assert src_ref() is None
+    # The cached result is still there for the next instance of the same type.
+    before = compile_count()
+    other = cla.to_device(queue, np.full(4, 9, np.float32))
+    cl.launch(copy_captured.capture(other), dst, global_size=4)
+    assert dst.get().tolist() == [9, 9, 9, 9]
+    assert compile_count() == before
+
+
+def test_a_kernel_whose_parameters_are_all_captured_launches(queue):
+    @cl.kernel
+    def fill_captured(x: F32, v: np.float32) -> str:
+        return """__kernel void fill_captured(__global float *x, float v) {
+                      x[get_global_id(0)] = v; }"""
+
+    x = zeros(queue, 4)
+    cl.launch(fill_captured.capture(x, np.float32(6)), global_size=4)
+    assert x.get().tolist() == [6, 6, 6, 6]
+
+
+# -- the lookup: clfunction, keys, contexts ----------------------------------------------------
+
+
+def test_clfunction_hit_returns_the_same_kernel_object_and_runs_no_lookup(queue, lookups):
+    x = zeros(queue, 4)
+    hk = cl.clfunction(add_value, (F32, np.float32))
+    assert isinstance(hk, cl.HostKernel)
+    n = len(lookups)
+    for _ in range(5):
+        again = cl.clfunction(add_value, (F32, np.float32))
+        assert again.kernel is hk.kernel and again.linked is hk.linked
+        again(x, np.float32(1), global_size=4)
+    assert len(lookups) == n
+    assert x.get().tolist() == [5, 5, 5, 5]
+
+
+def test_launches_create_no_kernel_object_after_the_first(queue, monkeypatch):
+    @cl.kernel
+    def count_kernels(x: F32) -> str:
+        return "__kernel void count_kernels(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+
+    created = []
+    real = pyopencl.Kernel
+
+    def counting(*args):
+        created.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(pyopencl, "Kernel", counting)
+    x = zeros(queue, 4)
+    for _ in range(20):
+        cl.launch(count_kernels, x, global_size=4)
+        cl.clfunction(count_kernels, (F32,))(x, global_size=4)
+    assert len(created) == 1
+    assert x.get().tolist() == [40, 40, 40, 40]
+
+
+def test_set_default_queue_picks_the_queue_launches_use(queue):
+    other = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
+    x = zeros(other, 4)
+    cl.set_default_queue(other)
+    try:
+        assert cl.default_queue() is other
+        cl.launch(add_value, x, np.float32(2), global_size=4)
+        assert cl.clfunction(add_value, (F32, np.float32)).context == other.context
+    finally:
+        cl.set_default_queue(queue)
+    assert cl.default_queue() is queue
+    assert x.get().tolist() == [2, 2, 2, 2]
+    with pytest.raises(TypeError, match=r"expected a pyopencl\.CommandQueue or None"):
+        cl.set_default_queue("gpu")
+
+
+def test_host_kernel_called_with_other_argument_types_says_how_to_look_them_up(queue):
+    hk = cl.clfunction(add_value, (F32, np.float32))
+    with pytest.raises(
+        TypeError,
+        match=r"add_value\(Array\[np\.float32\], np\.float32\) was "
+        r"called with arguments of types \(Array\[np\.float32\], "
+        r"np\.float64\)",
+    ):
+        hk(zeros(queue, 4), 1.0, global_size=4)
+
+
+def test_second_context_on_the_same_device_gets_its_own_kernel_and_both_keep_hitting(
+    queue, lookups
+):
+    q2 = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
+    hk1 = cl.clfunction(add_value, (F32, np.float32), queue=queue)
+    hk2 = cl.clfunction(add_value, (F32, np.float32), queue=q2)
+    assert hk1.context != hk2.context
+    assert hk1.kernel is not hk2.kernel
+    x1, x2 = zeros(queue, 4), zeros(q2, 4)
+    before, n = compile_count(), len(lookups)
+    for _ in range(3):
+        cl.launch(add_value, x1, np.float32(1), global_size=4, queue=queue)
+        cl.launch(add_value, x2, np.float32(2), global_size=4, queue=q2)
+    assert x1.get().tolist() == [3, 3, 3, 3]
+    assert x2.get().tolist() == [6, 6, 6, 6]
+    assert len(lookups) == n  # both contexts' entries stay in the cache
+    assert compile_count() == before  # a new context links; it does not recompile
+
+
+def test_host_kernel_refuses_a_queue_of_another_context(queue):
+    q2 = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
+    hk = cl.clfunction(add_value, (F32, np.float32), queue=queue)
+    with pytest.raises(ValueError, match=r"look it up with clfunction\(f, tt, queue=queue\)"):
+        hk(zeros(q2, 4), np.float32(1), global_size=4, queue=q2)
+
+
+def test_build_options_are_part_of_the_config_and_the_key(queue, lookups):
+    @cl.kernel
+    def macro_value(x: F32) -> str:
+        return "__kernel void macro_value(__global float *x) { x[get_global_id(0)] = VALUE; }"
+
+    x = zeros(queue, 4)
+    before = compile_count()
+    for _ in range(2):
+        cl.launch(macro_value, x, global_size=4, options=("-DVALUE=3",))
+        assert x.get().tolist() == [3, 3, 3, 3]
+        cl.launch(macro_value, x, global_size=4, options=["-DVALUE=4"])
+        assert x.get().tolist() == [4, 4, 4, 4]
+    assert compile_count() - before == 2
+    assert len(lookups) == 2  # the second round hit both entries
+    hk = cl.clfunction(macro_value, (F32,), options="-DVALUE=5")
+    hk(x, global_size=4)
+    assert x.get().tolist() == [5, 5, 5, 5]
+
+
+def test_unknown_compiler_keyword_is_a_type_error_naming_the_accepted_one(queue):
+    x = zeros(queue, 4)
+    with pytest.raises(
+        TypeError,
+        match=r"unknown OpenCL compiler keyword argument\(s\): "
+        r"fastmath; the one accepted is options=",
+    ):
+        cl.launch(add_value, x, np.float32(1), global_size=4, fastmath=True)
+    with pytest.raises(TypeError, match="options are OpenCL build options"):
+        cl.clfunction(add_value, (F32, np.float32), options=3)
+
+
+# -- compile hooks and precompile-output mode --------------------------------------------------
+
+
+def test_compile_hooks_and_device_code_source_see_cached_kernels(queue):
+    @cl.device
+    def hooked_helper() -> str:
+        return "float hooked_helper(void) { return 8.0f; }"
+
+    @cl.kernel(callees=[hooked_helper])
+    def hooked(x: F32) -> str:
+        return "__kernel void hooked(__global float *x) { x[get_global_id(0)] = hooked_helper(); }"
+
+    x = zeros(queue, 4)
+    cl.launch(hooked, x, global_size=4)  # compiled and cached before the hooks
+    before = compile_count()
+    with specializer.device_code_source() as sources:
+        cl.launch(hooked, x, global_size=4)
+    assert len(sources) == 1
+    assert "__kernel void hooked" in sources[0] and "float hooked_helper(void)" in sources[0]
+    seen = []
+    with specializer.device_code(lambda job, artifact: seen.append((job.name, artifact.name))):
+        cl.launch(hooked, x, global_size=4)
+        cl.clfunction(hooked, (F32,))
+    assert seen == [("hooked", "hooked"), ("hooked", "hooked")]
+    assert x.get().tolist() == [8, 8, 8, 8]
+    assert compile_count() == before
+
+
+def test_precompile_output_mode_launches_correctly_and_stores_nothing(queue, lookups):
+    @cl.kernel
+    def in_precompile(x: F32, v: np.float32) -> str:
+        return """__kernel void in_precompile(__global float *x, float v) {
+                      x[get_global_id(0)] += v; }"""
+
+    x = zeros(queue, 4)
+    before = compile_count()
+    with specializer.precompile_output():
+        assert specializer.generating_output()
+        for v in (1, 2, 3):
+            cl.launch(in_precompile, x, np.float32(v), global_size=4)
+        assert x.get().tolist() == [6, 6, 6, 6]
+        assert len(lookups) == 3  # every launch ran its lookup
+    assert compile_count() - before == 1  # the compiled-code cache still works
+    cl.launch(in_precompile, x, np.float32(1), global_size=4)
+    cl.launch(in_precompile, x, np.float32(1), global_size=4)
+    assert len(lookups) == 4  # nothing was stored: one miss, then a hit
+    assert x.get().tolist() == [8, 8, 8, 8]
+
+
+# -- errors ------------------------------------------------------------------------------------
+
+
+def test_unsupported_argument_is_a_type_error_naming_its_type(queue):
+    with pytest.raises(TypeError, match=r"cannot pass a numpy\.ndarray to a kernel: accepted"):
+        cl.launch(add_value, np.zeros(4, np.float32), np.float32(1), global_size=4)
+
+
+def test_no_applicable_method_is_a_method_error_naming_kernel_and_argument_types(queue):
+    y = zeros(queue, 4, np.int32)
+    with pytest.raises(
+        MethodError,
+        match=r"no method of add_value matches "
+        r"add_value\(Array\[np\.int32\], np\.float32\)",
+    ):
+        cl.launch(add_value, y, np.float32(1), global_size=4)
+
+
+def test_build_failure_names_the_kernel_and_log_and_a_fixed_redefinition_works_at_once(
+    queue, lookups
+):
+    @cl.kernel
+    def fixable(x: F32) -> str:
+        return "__kernel void fixable(__global float *x) { x[0] = not_declared_anywhere; }"
+
+    x = zeros(queue, 4)
+    for _ in range(2):  # nothing was cached: the second launch builds (and fails) again
+        with pytest.raises(CompileError) as err:
+            cl.launch(fixable, x, global_size=1)
+        message = str(err.value)
+        assert "OpenCL kernel fixable(Array[np.float32]) does not build" in message
+        assert "not_declared_anywhere" in message.split("--- its source")[0]  # the log
+    assert len(lookups) == 2
+
+    @cl.kernel
+    def fixable(x: F32) -> str:  # the fix
+        return "__kernel void fixable(__global float *x) { x[get_global_id(0)] = 11.0f; }"
+
+    cl.launch(fixable, x, global_size=4)
+    assert x.get().tolist() == [11, 11, 11, 11]
+
+
+def test_source_without_a_kernel_of_the_methods_name_is_a_compile_error(queue):
+    @cl.kernel
+    def misnamed(x: F32) -> str:
+        return "__kernel void other_name(__global float *x) { x[0] = 1.0f; }"
+
+    with pytest.raises(
+        CompileError,
+        match=r"defines no __kernel named 'misnamed' "
+        r"\(it defines: other_name\)",
+    ):
+        cl.launch(misnamed, zeros(queue, 4), global_size=1)
+
+
+def test_array_view_with_an_offset_or_gaps_is_rejected_before_launch(queue):
+    x = cla.to_device(queue, np.arange(8, dtype=np.float32))
+    with pytest.raises(
+        ValueError,
+        match=r"argument 0 of kernel add_value starts at byte 8 of "
+        r"its buffer \(a view\).*view\.copy\(\)",
+    ):
+        cl.launch(add_value, x[2:], np.float32(1), global_size=6)
+    with pytest.raises(ValueError, match="argument 0 of kernel add_value is not contiguous"):
+        cl.launch(add_value, x[::2], np.float32(1), global_size=4)
+    assert x.get().tolist() == list(range(8))
+
+
+def test_kernel_of_another_backend_is_refused(queue):
+    import pybackend
+
+    @pybackend.kernel
+    def py_only(x: np.float32) -> str:
+        return "def py_only(x): return x"
+
+    with pytest.raises(TypeError, match="py_only was defined with another back-end's @kernel"):
+        cl.launch(py_only, np.float32(1), global_size=1)
+
+
+def test_launch_of_something_that_is_not_a_kernel_says_what_is_expected():
+    with pytest.raises(
+        TypeError,
+        match=r"expected an OpenCL kernel \(from @kernel\) or a kernel "
+        r"instance",
+    ):
+        cl.launch(print, global_size=1)
+
+
+# -- threads -----------------------------------------------------------------------------------
+
+
+def test_threads_launching_on_their_own_queues_at_once_get_correct_results(queue):
+    threads, launches = 4, 1000
+    ctx = queue.context
+    queues = [pyopencl.CommandQueue(ctx) for _ in range(threads)]
+    arrays = [zeros(q, 64) for q in queues]
+    # One more thread in a context of its own.
+    queues.append(pyopencl.CommandQueue(pyopencl.Context([queue.device])))
+    arrays.append(zeros(queues[-1], 64))
+    start = threading.Barrier(len(queues))
+    errors = []
+
+    def work(i):
+        try:
+            q, x, v = queues[i], arrays[i], np.float32(i + 1)
+            start.wait()
+            for _ in range(launches):
+                cl.launch(add_value, x, v, global_size=64, queue=q)
+            q.finish()
+        except BaseException as e:  # reported below, with the thread's index
+            errors.append((i, e))
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(queues))]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads often, also between setting args and enqueueing
+    try:
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    for i, x in enumerate(arrays):
+        np.testing.assert_array_equal(x.get(), np.full(64, launches * (i + 1), np.float32))
+
+
+# -- the demo ----------------------------------------------------------------------------------
+
+
+def test_demo_checks_its_results_and_prints_the_launch_cost_table(capsys):
+    from specializer import demo
+
+    assert demo.main(["--launches", "100", "--rounds", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "recompiled: 1 kernel (apply)" in out
+    assert "WRONG" not in out
+    assert "| specializer launch(acc, x, a, ...), cached lookup" in out
+    assert "All results match numpy." in out
