@@ -24,3 +24,29 @@ def test_templates_still_render_to_the_reviewed_output_in_generated():
 def test_reviewed_output_compiles():
     for name, text in render_all().items():
         compile(text, name, "exec")
+
+
+def test_generated_holds_exactly_what_the_demo_generates():
+    import subprocess
+
+    import pytest
+
+    pytest.importorskip("pyopencl")
+    r = subprocess.run(
+        [sys.executable, "-m", "specializer", "dump", str(ROOT / "specializer" / "demo.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    dumped = {}
+    for block in r.stdout.split("# --- ")[1:]:
+        name, _, rest = block.partition(": ")
+        dumped[name] = rest.split("\n", 1)[1].rstrip("\n") + "\n"
+    files = render_all()
+    assert {f"{n}.py" for n in dumped} == set(files), (
+        "the demo generates other functions than generated/ holds; update SPECIALIZATIONS in "
+        "tools/regen_generated.py and run it"
+    )
+    for name, source in dumped.items():
+        assert files[f"{name}.py"].split("\n", 1)[1] == source

@@ -18,12 +18,28 @@ from specializer.lookup import ENTRIES
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "generated"
 
-# (template, name parts, parameters): the names a process running the demo generates.
+# (template, name parts, parameters): what a process running the demo generates.
+_DEMO_LOOKUPS = [
+    ("fill", "Array[np.float32]", "float32"),
+    ("fill", "Array[np.int64]", "int64"),
+    ("axpy", "np.float32", "Array[np.float32]", "Array[np.float32]"),
+    ("apply", "Array[np.float32]"),
+    ("acc", "Array[np.float32]", "float32"),
+]
+_DEMO_OPENCL_LAUNCHERS = [
+    (("Array[np.float32]", "np.float32"), ["array", "scalar"]),
+    (("Array[np.int64]", "np.int64"), ["array", "packed"]),
+    (("np.float32", "Array[np.float32]", "Array[np.float32]"), ["scalar", "array", "array"]),
+    (("Array[np.float32]",), ["array"]),
+]
 SPECIALIZATIONS: list[tuple[str, tuple[str, ...], dict]] = [
-    (
-        "lookup.py.j2",
-        ("lookup", "lambda", "fill", "Array_float32", "float32", "tuple", "_Kernel"),
-        {"entries": ENTRIES},
+    *(
+        ("lookup.py.j2", ("lookup", "linked", *sig, "tuple", "LinkedKernel"), {"entries": ENTRIES})
+        for sig in _DEMO_LOOKUPS
+    ),
+    *(
+        ("opencl_launch.py.j2", ("opencl_launch", *tt), {"kinds": kinds})
+        for tt, kinds in _DEMO_OPENCL_LAUNCHERS
     ),
 ]
 
