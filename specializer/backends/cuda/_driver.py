@@ -1,0 +1,382 @@
+"""The CUDA driver: one probe for it, errors that say what is missing, contexts and streams.
+
+Nothing here touches the driver at import. The first call that needs it probes
+once (``cuInit``) and caches the answer: without the driver library every
+driver call would search for it again, and fail the same way.
+
+Each thread has a *current context* of its own (the analog of CUDA.jl's
+task-local state): the primary context of device 0 until the thread enters
+another with ``with ctx:``. A launch reads it with one thread-local attribute
+load instead of asking the driver (``cuCtxGetCurrent`` costs more than the rest
+of a cached lookup). A :class:`Context` object is the cache key for everything
+loaded into it, so a context that is destroyed and created again, even at the
+same driver handle, is a new key and misses.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+try:
+    from cuda.bindings import driver
+except ImportError as e:  # pragma: no cover - the cuda extra is installed wherever this is used
+    raise ImportError(
+        "the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' "
+        f"(importing cuda.bindings failed: {e})"
+    ) from e
+
+__all__ = [
+    "DEFAULT_STREAM",
+    "CUDAError",
+    "CUDAUnavailableError",
+    "Context",
+    "Stream",
+    "available",
+    "check",
+    "current_context",
+    "current_key",
+    "device_count",
+    "local",
+    "pushed",
+    "require",
+    "stream_handle",
+    "synchronize",
+    "unavailable_reason",
+]
+
+
+class CUDAUnavailableError(RuntimeError):
+    """No usable CUDA driver or GPU. The message names what is missing.
+
+    Compiling to PTX with NVRTC needs neither: ``code_ptx(f, tt, arch="sm_90")`` still works.
+    """
+
+
+class CUDAError(RuntimeError):
+    """A CUDA driver call failed; the message names the call, the error and what was asked."""
+
+    def __init__(self, call: str, result: Any, detail: str = "") -> None:
+        self.call = call
+        self.result = result
+        name = getattr(result, "name", str(result))
+        try:
+            err, text = driver.cuGetErrorString(result)
+            text = text.decode() if isinstance(text, bytes) and not err else ""
+        except Exception:  # an unknown code, or the driver went away
+            text = ""
+        msg = f"{call} failed: {name}" + (f" ({text})" if text else "")
+        super().__init__(msg + (f"; {detail}" if detail else ""))
+
+
+def check(result: tuple[Any, ...], call: str, detail: str = "") -> Any:
+    """The value(s) of a ``cuda.bindings.driver`` call's ``(CUresult, *values)``; raises
+    :class:`CUDAError` naming ``call`` unless the result is ``CUDA_SUCCESS``."""
+    err = result[0]
+    if err:  # CUresult is an int enum; CUDA_SUCCESS is 0
+        raise CUDAError(call, err, detail)
+    if len(result) == 2:
+        return result[1]
+    return result[1:] if len(result) > 2 else None
+
+
+# -- the probe ---------------------------------------------------------------------------
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why CUDA cannot run here (``None`` when a GPU and its driver are usable). Probes once."""
+    try:
+        (err,) = driver.cuInit(0)
+    except Exception as e:  # cuda.pathfinder's DynamicLibNotFoundError when libcuda is absent
+        return (
+            "the NVIDIA driver library (libcuda.so.1 / nvcuda.dll) could not be loaded "
+            f"({type(e).__name__}: {e})"
+        )
+    R = driver.CUresult
+    if err == R.CUDA_ERROR_NO_DEVICE:
+        return "the NVIDIA driver is installed but found no CUDA device (CUDA_ERROR_NO_DEVICE)"
+    if err:
+        return f"the NVIDIA driver failed to initialize: {CUDAError('cuInit', err)}"
+    err, count = driver.cuDeviceGetCount()
+    if err:
+        return f"the NVIDIA driver cannot count devices: {CUDAError('cuDeviceGetCount', err)}"
+    if count == 0:
+        return "the NVIDIA driver is installed but reports no CUDA device"
+    return None
+
+
+def available() -> bool:
+    """Whether a CUDA GPU and its driver are usable in this process (probed once)."""
+    return unavailable_reason() is None
+
+
+def require() -> None:
+    """Raise :class:`CUDAUnavailableError` unless a GPU and its driver are usable."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise CUDAUnavailableError(
+            f"CUDA is not available: {reason}. Loading and launching kernels needs an NVIDIA "
+            "GPU and its driver; compiling to PTX does not: "
+            "code_ptx(f, tt, arch='sm_90') works without either."
+        )
+
+
+def device_count() -> int:
+    """How many CUDA devices the driver sees (0 when CUDA is unavailable)."""
+    if not available():
+        return 0
+    return check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+
+
+# -- contexts ----------------------------------------------------------------------------
+
+
+class _Local(threading.local):
+    """Per-thread state: the current context, its ``key`` (read by every launch), and the
+    contexts ``with`` blocks replaced."""
+
+    def __init__(self) -> None:
+        self.context: Context | None = None
+        self.key: tuple[Context, tuple[()]] | None = None
+        self.stack: list[Context | None] = []
+
+
+local = _Local()
+_lock = threading.RLock()
+_primaries: dict[int, Context] = {}
+
+
+def _device(ordinal: int) -> Any:
+    require()
+    if isinstance(ordinal, bool) or not isinstance(ordinal, int):
+        raise TypeError(f"a device is an int ordinal, got {ordinal!r}")
+    count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    if not 0 <= ordinal < count:
+        raise ValueError(f"there is no CUDA device {ordinal}: the driver sees {count} device(s)")
+    return check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+
+
+def _create_context(dev: Any) -> Any:
+    """``cuCtxCreate`` across cuda-bindings 13 (params, flags, dev) and 12 (flags, dev)."""
+    try:
+        return check(driver.cuCtxCreate(None, 0, dev), "cuCtxCreate")
+    except TypeError:
+        return check(driver.cuCtxCreate(0, dev), "cuCtxCreate")
+
+
+class Context:
+    """A CUDA context on one device; its identity is the cache key for code loaded into it.
+
+    Make one with :meth:`primary` (the device's primary context, shared with CuPy,
+    PyTorch and cuda.core) or :meth:`create` (a context of its own). ``with ctx:``
+    makes it the calling thread's current context for the block.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "alive",
+        "capability",
+        "device",
+        "handle",
+        "is_primary",
+        "key",
+        "name",
+        "ordinal",
+    )
+
+    def __init__(self, handle: Any, device: Any, ordinal: int, is_primary: bool) -> None:
+        self.handle = handle  # a CUcontext
+        self.device = device  # a CUdevice
+        self.ordinal = ordinal
+        self.is_primary = is_primary
+        self.alive = True
+        #: (self, ()): the lookup key of a launch in this context without compiler kwargs,
+        #: one object for every thread, so a cache entry's key is compared by identity
+        self.key: tuple[Context, tuple[()]] = (self, ())
+        A = driver.CUdevice_attribute
+        major = check(
+            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+            "cuDeviceGetAttribute",
+        )
+        minor = check(
+            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+            "cuDeviceGetAttribute",
+        )
+        self.capability: tuple[int, int] = (major, minor)
+        raw = check(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
+        self.name = raw.split(b"\0", 1)[0].decode(errors="replace").strip() if raw else "?"
+
+    @classmethod
+    def primary(cls, device: int = 0) -> Context:
+        """The primary context of ``device`` (one object per device until it is destroyed)."""
+        dev = _device(device)
+        with _lock:
+            ctx = _primaries.get(device)
+            if ctx is None:
+                handle = check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                ctx = _primaries[device] = cls(handle, dev, device, True)
+        return ctx
+
+    @classmethod
+    def create(cls, device: int = 0) -> Context:
+        """A new context of its own on ``device``; the calling thread's context is unchanged."""
+        dev = _device(device)
+        handle = _create_context(dev)  # the driver pushes it on this thread: take it off again
+        check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        return cls(handle, dev, device, False)
+
+    def destroy(self) -> None:
+        """Destroy the context and everything in it. For a primary context this resets the
+        device (every allocation in it, also other libraries', is freed) and the next
+        :meth:`primary` is a new context. Code looked up in this one is looked up again."""
+        with _lock:
+            if not self.alive:
+                return
+            self.alive = False
+            if self.is_primary:
+                if _primaries.get(self.ordinal) is self:
+                    del _primaries[self.ordinal]
+                check(driver.cuDevicePrimaryCtxRelease(self.device), "cuDevicePrimaryCtxRelease")
+                check(driver.cuDevicePrimaryCtxReset(self.device), "cuDevicePrimaryCtxReset")
+            else:
+                check(driver.cuCtxDestroy(self.handle), "cuCtxDestroy")
+        if local.context is self:
+            local.context = local.key = None
+
+    def synchronize(self) -> None:
+        """Wait for all work queued in this context."""
+        with pushed(self):
+            check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    @property
+    def arch(self) -> str:
+        """The device's architecture as NVRTC names it: ``sm_90`` for compute capability 9.0."""
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+    def __enter__(self) -> Context:
+        self._check_alive()
+        local.stack.append(local.context)
+        _make_current(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _make_current(local.stack.pop())
+
+    def _check_alive(self) -> None:
+        if not self.alive:
+            raise CUDAError(
+                "using a context",
+                driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                f"{self!r} was destroyed",
+            )
+
+    def __repr__(self) -> str:
+        kind = "primary context" if self.is_primary else "context"
+        state = "" if self.alive else ", destroyed"
+        return f"<CUDA {kind} on device {self.ordinal} ({self.name}, {self.arch}{state})>"
+
+
+def _make_current(ctx: Context | None) -> None:
+    local.context = ctx
+    local.key = None if ctx is None else ctx.key
+    if ctx is not None and ctx.alive:
+        check(driver.cuCtxSetCurrent(ctx.handle), "cuCtxSetCurrent")
+
+
+def current_context() -> Context:
+    """The calling thread's current context: the primary context of device 0 unless the
+    thread entered another with ``with ctx:``."""
+    ctx = local.context
+    if ctx is None:
+        ctx = Context.primary(0)
+        _make_current(ctx)
+    return ctx
+
+
+def current_key() -> tuple[Context, tuple[()]]:
+    """``(current_context(), ())``, the same object until the thread's context changes."""
+    if local.key is None:
+        current_context()
+    return local.key  # type: ignore[return-value]
+
+
+@contextmanager
+def pushed(ctx: Context) -> Iterator[None]:
+    """Make ``ctx`` the driver's current context for the block, on any thread, leaving the
+    thread's own current context as it was (for loads, copies and frees)."""
+    ctx._check_alive()
+    check(driver.cuCtxPushCurrent(ctx.handle), "cuCtxPushCurrent")
+    try:
+        yield
+    finally:
+        check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
+
+
+def synchronize() -> None:
+    """Wait for all work queued in the calling thread's current context."""
+    current_context().synchronize()
+
+
+# -- streams -----------------------------------------------------------------------------
+
+
+def _destroy_stream(handle: Any, ctx: Context) -> None:
+    if ctx.alive:
+        try:
+            with pushed(ctx):
+                driver.cuStreamDestroy(handle)
+        except Exception:  # a finalizer cannot report: the context may be going away
+            pass
+
+
+class Stream:
+    """A non-blocking CUDA stream in a context (the current one by default); destroyed when
+    collected. Launches take ``stream=`` (default: the context's legacy default stream)."""
+
+    __slots__ = ("__weakref__", "context", "handle")
+
+    def __init__(self, context: Context | None = None) -> None:
+        self.context = current_context() if context is None else context
+        with pushed(self.context):
+            self.handle = check(
+                driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING),
+                "cuStreamCreate",
+            )
+        weakref.finalize(self, _destroy_stream, self.handle, self.context)
+
+    def synchronize(self) -> None:
+        """Wait for the work queued on this stream."""
+        check(driver.cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+
+    def __repr__(self) -> str:
+        return f"<CUDA stream {int(self.handle):#x} in {self.context!r}>"
+
+
+#: The legacy default stream (what ``stream=None`` launches on), as the driver's object.
+DEFAULT_STREAM = driver.CUstream(0)
+
+
+def stream_handle(stream: Any) -> Any:
+    """The ``CUstream`` of what a launch's ``stream=`` names."""
+    if isinstance(stream, Stream):
+        return stream.handle
+    if isinstance(stream, driver.CUstream):
+        return stream
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return driver.CUstream(stream)
+    proto = getattr(stream, "__cuda_stream__", None)  # cuda.core's Stream
+    if proto is not None:
+        return driver.CUstream(int(proto()[1]))
+    ptr = getattr(stream, "ptr", None)  # CuPy's Stream
+    if isinstance(ptr, int):
+        return driver.CUstream(ptr)
+    raise TypeError(
+        f"stream= takes a specializer.backends.cuda.Stream, a cuda.bindings CUstream, an int "
+        f"handle, a CuPy stream or an object with __cuda_stream__ (cuda.core), "
+        f"got {type(stream).__module__}.{type(stream).__qualname__}"
+    )

@@ -1,0 +1,242 @@
+"""Kernels, the cached lookup (``cufunction``), the launch, and PTX reflection.
+
+``cufunction`` is CUDA.jl's, over the core: the lookup (dispatch in the task's
+world, the compiled-code cache, the load into the context) wrapped in
+``cached_lookup`` with key (current context, compiler kwargs). ``launch`` is the
+``@cuda`` analog: ``typeof`` of each argument, that lookup, then the generated
+launcher of the signature.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...kernels import Definitions, Kernel, KernelInstance, kernel_of, uncached_lookup
+from ...lookup import specialize
+from ...types import type_name
+from ._array import ARGTYPES
+from ._compiler import LinkedKernel, compiler_config
+from ._driver import Context, current_context, current_key, local
+from ._types import typeof
+
+__all__ = ["HostKernel", "code_ptx", "cufunction", "device", "kernel", "launch"]
+
+_definitions = Definitions(typeof)
+
+#: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method. The method body is
+#: called once per method instance with the concrete argument types bound to its
+#: parameters, and returns CUDA C source defining a ``__global__`` function of the
+#: method's name (``extern "C"`` recommended).
+kernel = _definitions.kernel
+#: ``@device`` / ``@device(callees=[...])``: define a device function (a callee); its
+#: body returns CUDA C source. Redefining it recompiles the kernels that call it.
+device = _definitions.device
+
+
+def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
+    """Compiler kwargs as a key: sorted pairs, lists frozen so a later mutation cannot
+    change what a cached entry means."""
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
+
+
+def _check_ours(F: Any) -> None:
+    """A TypeError unless ``F`` is a kernel (or kernel instance type) of this back-end."""
+    k = kernel_of(F)[0]
+    if k.typeof is not typeof:
+        raise TypeError(
+            f"kernel {k.name} was defined with another back-end's @kernel; launch it with that "
+            "back-end, or define it with specializer.backends.cuda.kernel"
+        )
+
+
+def _link(F: Any, tt: tuple[type, ...], key: tuple[Context, tuple[tuple[str, Any], ...]]) -> Any:
+    """The uncached lookup: dispatch, the compiled-code cache, the load into the context."""
+    _check_ours(F)
+    ctx, kw = key
+    return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
+
+
+# The specialized cached lookup of each (F, tt) at the one call site, _lookup, as
+# ``specialize`` makes it: what ``cached_lookup`` would find on every call.
+_specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., LinkedKernel]] = {}
+
+# The latest lookup without compiler kwargs: (F, tt, key, specialized function, closure).
+# A launch of the same kernel type with the same argument types in the same context passes
+# that closure again (it captures only those three) instead of making one. Replaced whole,
+# so a thread reads one consistent entry; it holds types, never a kernel instance.
+_last: tuple[Any, ...] = (None,) * 5
+
+
+def _lookup(F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> LinkedKernel:
+    """``cached_lookup(lookup, LinkedKernel, F, tt, key)`` with this function as the call site
+    and its specialized function found by (F, tt) alone (every key is a tuple)."""
+    global _last
+    fn = _specialized.get((F, tt))
+    if fn is None:
+        fn = _specialized.setdefault((F, tt), specialize(_lookup, LinkedKernel, F, tt, tuple))
+
+    def lookup() -> LinkedKernel:
+        return _link(F, tt, key)
+
+    if key is local.key:
+        _last = (F, tt, key, fn, lookup)
+    return fn(key, lookup)
+
+
+def _argtypes(args: tuple[Any, ...]) -> tuple[type, ...]:
+    """The argument types of ``args``: ``tuple(map(typeof, args))``, unrolled for up to six
+    arguments whose classes decide their types (one dict lookup each), which costs a quarter
+    of the call per argument that ``map`` makes."""
+    T = ARGTYPES
+    try:
+        n = len(args)
+        if n == 3:
+            a, b, c = args
+            return (T[a.__class__], T[b.__class__], T[c.__class__])
+        if n == 2:
+            a, b = args
+            return (T[a.__class__], T[b.__class__])
+        if n == 4:
+            a, b, c, d = args
+            return (T[a.__class__], T[b.__class__], T[c.__class__], T[d.__class__])
+        if n == 1:
+            return (T[args[0].__class__],)
+        if n == 5:
+            a, b, c, d, e = args
+            return (T[a.__class__], T[b.__class__], T[c.__class__], T[d.__class__], T[e.__class__])
+        if n == 6:
+            a, b, c, d, e, g = args
+            return (
+                T[a.__class__],
+                T[b.__class__],
+                T[c.__class__],
+                T[d.__class__],
+                T[e.__class__],
+                T[g.__class__],
+            )
+    except KeyError:  # a foreign array, or a subclass of a scalar type
+        pass
+    return tuple(map(typeof, args))
+
+
+def _cached(F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> LinkedKernel:
+    """The cached lookup, reusing the latest lookup's closure when it is for the same
+    (F, tt, key) (``launch`` has these lines inline)."""
+    last_F, last_tt, last_key, fn, lookup = _last
+    if last_F is F and last_key is key and last_tt == tt:
+        return fn(key, lookup)
+    return _lookup(F, tt, key)
+
+
+def cufunction(
+    f: Kernel | KernelInstance, tt: tuple[type, ...] = (), **compiler_kwargs: Any
+) -> HostKernel:
+    """The kernel ``f`` (a kernel or kernel instance) compiled for argument types ``tt``
+    (without the captured values) and loaded in the current context, as a
+    :class:`HostKernel`. The lookup (dispatch in the task's world, the compiled-code cache,
+    the load into the context) runs through ``cached_lookup`` with key (context, compiler
+    kwargs); see ``COMPILER_KWARGS`` for the kwargs."""
+    key = local.key or current_key()
+    if compiler_kwargs:
+        key = (key[0], _kwkey(compiler_kwargs))
+    F = f if f.__class__ is Kernel else f.__class__
+    return HostKernel(f, tt, _cached(F, tt, key))
+
+
+def launch(
+    f: Kernel | KernelInstance,
+    /,
+    *args: Any,
+    grid: Any,
+    block: Any,
+    stream: Any = None,
+    shared_mem: int = 0,
+    **compiler_kwargs: Any,
+) -> None:
+    """Launch ``f`` (a kernel or kernel instance) on ``args``: ``typeof`` of each argument,
+    the cached lookup, then the signature's launcher. ``grid`` blocks of ``block`` threads
+    (ints or tuples of up to 3), on ``stream`` (default: the legacy default stream), in the
+    calling thread's current context; a kernel instance's captured values come first."""
+    tt = _argtypes(args)
+    key = local.key or current_key()
+    if compiler_kwargs:
+        key = (key[0], _kwkey(compiler_kwargs))
+    F = f if f.__class__ is Kernel else f.__class__
+    last_F, last_tt, last_key, fn, lookup = _last  # _cached, inline: the path of every launch
+    if last_F is F and last_key is key and last_tt == tt:
+        fun = fn(key, lookup)
+    else:
+        fun = _lookup(F, tt, key)
+    # F is f, or the lookup proved f a kernel instance: it has captured values
+    fun.launch(fun, grid, block, shared_mem, stream, args if F is f else f.values + args)
+
+
+def code_ptx(
+    f: Kernel | KernelInstance,
+    tt: tuple[type, ...] = (),
+    *,
+    arch: str | None = None,
+    **compiler_kwargs: Any,
+) -> str:
+    """The PTX of ``f`` for argument types ``tt`` (the ``@device_code_ptx`` analog). With
+    ``arch`` (``"sm_90"``, ...) it needs no GPU; without, it targets the current device."""
+    ctx = None
+    if arch is None:
+        ctx = current_context()
+    else:
+        compiler_kwargs["arch"] = arch
+    config = compiler_config(_kwkey(compiler_kwargs), ctx)
+    F = f if f.__class__ is Kernel else f.__class__
+    _check_ours(F)
+    return uncached_lookup(F, tt, config, None).ptx
+
+
+class HostKernel:
+    """A kernel ready to launch in one context: what :func:`cufunction` returns (the analog
+    of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel."""
+
+    __slots__ = ("f", "linked", "tt")
+
+    def __init__(
+        self, f: Kernel | KernelInstance, tt: tuple[type, ...], linked: LinkedKernel
+    ) -> None:
+        self.f = f
+        self.tt = tt
+        self.linked = linked
+
+    @property
+    def function(self) -> Any:
+        """The driver's ``CUfunction``."""
+        return self.linked.function
+
+    @property
+    def context(self) -> Context:
+        return self.linked.context
+
+    @property
+    def name(self) -> str:
+        return self.linked.name
+
+    def __call__(
+        self, *args: Any, grid: Any, block: Any, stream: Any = None, shared_mem: int = 0
+    ) -> None:
+        tt = _argtypes(args)
+        if tt != self.tt:
+            raise TypeError(
+                f"kernel {self.name} was looked up for ({', '.join(map(type_name, self.tt))}), "
+                f"called with ({', '.join(map(type_name, tt))}): use cufunction(f, tt) for "
+                "those types, or launch(f, *args, ...)"
+            )
+        f, linked = self.f, self.linked
+        linked.launch(
+            linked,
+            grid,
+            block,
+            shared_mem,
+            stream,
+            args if f.__class__ is Kernel else f.values + args,
+        )
+
+    def __repr__(self) -> str:
+        return f"<HostKernel {self.name}({', '.join(map(type_name, self.tt))}) in {self.context!r}>"

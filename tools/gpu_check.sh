@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Check the CUDA back-end on a machine with an NVIDIA GPU, in one go and within 8 minutes:
+# install the project with its cuda and test extras into a fresh virtual environment, run
+# the GPU-marked tests and the CUDA tests, install what the benchmark compares against
+# (cuda.core, CuPy, Numba-CUDA, and PyTorch + Triton while time allows), then run
+# tools/bench_cuda.py. Everything goes to a log; the exit status is non-zero when a test or a
+# benchmark bar fails.
+#
+# Usage: tools/gpu_check.sh [LOG]        (LOG default: build/gpu_check/gpu_check.log)
+# Environment: PYTHON (default python3); GPU_CHECK_BUDGET, seconds for everything (default
+# 470); GPU_CHECK_EXTRAS=0 skips the optional libraries; GPU_CHECK_VENV, the environment's
+# directory (default build/gpu_check/venv, removed first).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+WORK=build/gpu_check
+mkdir -p "$WORK"
+LOG=${1:-$WORK/gpu_check.log}
+mkdir -p "$(dirname "$LOG")"
+BUDGET=${GPU_CHECK_BUDGET:-470}
+PY=${PYTHON:-python3}
+VENV=${GPU_CHECK_VENV:-$WORK/venv}
+exec > >(tee "$LOG") 2>&1
+
+# fail fast where no package index can be reached
+export PIP_DEFAULT_TIMEOUT=${PIP_DEFAULT_TIMEOUT:-15} PIP_RETRIES=${PIP_RETRIES:-1}
+start=$SECONDS
+left() { echo $((BUDGET - (SECONDS - start))); }
+step() { printf '\n== %s (t=%ss)\n' "$*" "$((SECONDS - start))"; }
+failed=()
+
+step "machine"
+nvidia-smi || echo "nvidia-smi not found"
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+major=${driver%%.*}
+# cuda-python 13 needs a driver of the CUDA 13 series (580 or newer); older ones get 12.x.
+if [[ "$major" =~ ^[0-9]+$ ]] && [ "$major" -lt 580 ]; then cu=12; else cu=13; fi
+echo "driver ${driver:-unknown}: using the CUDA $cu packages; $($PY --version 2>&1)"
+if ! command -v valgrind >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    # for the benchmark's instruction counts; in the background, while pip works
+    (timeout 150 apt-get update -qq && timeout 100 apt-get install -y -qq valgrind) \
+        >"$WORK/apt.log" 2>&1 &
+    apt_pid=$!
+fi
+
+step "install the project: pip install -e .[cuda,test]"
+rm -rf "$VENV"
+constraints=()
+if [ "$cu" = 12 ]; then
+    printf 'cuda-python<13\ncuda-bindings<13\n' >"$WORK/constraints.txt"
+    constraints=(-c "$WORK/constraints.txt")
+fi
+installed=0
+if "$PY" -m venv --system-site-packages "$VENV"; then
+    PYV="$VENV/bin/python"
+    PIP=("$PYV" -m pip install -q --disable-pip-version-check)
+    timeout 240 "${PIP[@]}" -e ".[cuda,test]" "${constraints[@]}" && installed=1
+fi
+if [ "$installed" = 0 ]; then
+    # No venv module, or no package index (an offline machine): use $PY as it is, with the
+    # checkout on the path, if it has what the tests need.
+    echo "installing failed: trying $PY with the checkout on PYTHONPATH"
+    PYV="$PY"
+    PIP=("$PY" -m pip install -q --disable-pip-version-check --user --break-system-packages)
+    export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+    if ! "$PY" -c "import cuda.bindings.driver, cuda.bindings.nvrtc, numpy, jinja2, pytest"; then
+        echo "FAILED: cannot install the project, and $PY lacks cuda-bindings, numpy, jinja2 or pytest"
+        exit 2
+    fi
+fi
+"$PYV" - <<'EOF' || failed+=("CUDA unavailable, so the GPU tests skipped")
+import sys
+from specializer.backends import cuda
+print("CUDA available:", cuda.available(), cuda.unavailable_reason() or "")
+if not cuda.available():
+    sys.exit(1)
+print(cuda.current_context(), "NVRTC archs:", cuda.supported_archs())
+EOF
+
+step "tests: GPU-marked, then the CUDA tests without a GPU"
+timeout 200 "$PYV" -m pytest -p no:cacheprovider -m gpu -rs -v tests/test_cuda_gpu.py ||
+    failed+=("GPU tests")
+timeout 60 "$PYV" -m pytest -p no:cacheprovider -q tests/test_cuda.py || failed+=("CUDA tests")
+
+if [ "${GPU_CHECK_EXTRAS:-1}" = 1 ]; then
+    step "optional libraries for the benchmark (time left: $(left)s)"
+    t=$(($(left) - 200))  # keep time for PyTorch + Triton and the benchmark
+    if [ "$t" -gt 20 ]; then
+        timeout "$t" "${PIP[@]}" "${constraints[@]}" "cuda-core[cu$cu]" "cupy-cuda${cu}x" \
+            "numba-cuda[cu$cu]" || echo "(some of cuda.core, CuPy, Numba-CUDA not installed)"
+    fi
+    t=$(($(left) - 130))  # keep time for the benchmark
+    if [ "$t" -gt 45 ]; then
+        timeout "$t" "${PIP[@]}" "${constraints[@]}" torch triton ||
+            echo "(PyTorch + Triton not installed within ${t}s)"
+    else
+        echo "(no time left to install PyTorch + Triton)"
+    fi
+fi
+if [ -n "${apt_pid:-}" ]; then
+    wait "$apt_pid" || echo "(valgrind not installed: see $WORK/apt.log)"
+fi
+
+step "benchmark: tools/bench_cuda.py (time left: $(left)s)"
+t=$(($(left) - 5))
+if [ "$t" -gt 30 ]; then
+    timeout "$t" "$PYV" tools/bench_cuda.py --rounds 30 --per-round 500 || failed+=("benchmark")
+else
+    echo "no time left for the benchmark"
+    failed+=("benchmark (no time)")
+fi
+
+step "done in $((SECONDS - start))s"
+if [ "${#failed[@]}" -gt 0 ]; then
+    echo "FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "all passed"
