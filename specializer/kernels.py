@@ -36,7 +36,11 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
     int: np.int64,
     float: np.float64,
     bool: np.bool_,
-    **{t: t for t in set(np.sctypeDict.values()) if issubclass(t, np.number | np.bool_)},
+    **{
+        t: t
+        for t in set(np.sctypeDict.values())
+        if issubclass(t, np.number | np.bool_) and not issubclass(t, np.timedelta64)
+    },
 }
 
 

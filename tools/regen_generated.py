@@ -32,7 +32,7 @@ _DEMO_OPENCL_LAUNCHERS = [
     (("np.float32", "Array[np.float32]", "Array[np.float32]"), ["scalar", "array", "array"]),
     (("Array[np.float32]",), ["array"]),
 ]
-SPECIALIZATIONS: list[tuple[str, tuple[str, ...], dict]] = [
+DEMO: list[tuple[str, tuple[str, ...], dict]] = [
     *(
         ("lookup.py.j2", ("lookup", "linked", *sig, "tuple", "LinkedKernel"), {"entries": ENTRIES})
         for sig in _DEMO_LOOKUPS
@@ -42,12 +42,27 @@ SPECIALIZATIONS: list[tuple[str, tuple[str, ...], dict]] = [
         for tt, kinds in _DEMO_OPENCL_LAUNCHERS
     ),
 ]
+# The CUDA back-end's launchers for the same kernel signatures (the demo runs on OpenCL).
+CUDA: list[tuple[str, tuple[str, ...], dict]] = [
+    (
+        "cuda_launch.py.j2",
+        ("cuda_launch", *tt),
+        {
+            "kinds": [
+                "array" if t.startswith("Array[") else "int64" if t == "np.int64" else "scalar"
+                for t in tt
+            ]
+        },
+    )
+    for tt, _ in _DEMO_OPENCL_LAUNCHERS
+]
+SPECIALIZATIONS = DEMO + CUDA
 
 
-def render_all() -> dict[str, str]:
+def render_all(specializations=SPECIALIZATIONS) -> dict[str, str]:
     """{file name: content} for every reviewed specialization."""
     files = {}
-    for template, parts, params in SPECIALIZATIONS:
+    for template, parts, params in specializations:
         name = identifier(*parts)
         header = (
             f"# Generated from templates/{template} by tools/regen_generated.py; do not edit.\n"
