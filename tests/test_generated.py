@@ -4,6 +4,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
+import specializer  # noqa: E402
 from regen_generated import DEMO, render_all  # noqa: E402
 
 
@@ -33,7 +34,13 @@ def test_generated_holds_exactly_what_the_demo_generates():
 
     pytest.importorskip("pyopencl")
     r = subprocess.run(
-        [sys.executable, "-m", "specializer", "dump", str(ROOT / "specializer" / "demo.py")],
+        [
+            sys.executable,
+            "-m",
+            "specializer",
+            "dump",
+            str(Path(specializer.__file__).with_name("demo.py")),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
