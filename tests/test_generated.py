@@ -4,8 +4,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 
-import specializer  # noqa: E402
 from regen_generated import DEMO, render_all  # noqa: E402
+
+import specializer  # noqa: E402
 
 
 def test_templates_still_render_to_the_reviewed_output_in_generated():
