@@ -190,44 +190,49 @@ def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, .
     return deps
 
 
-def _compile(job: CompilerJob) -> CodeInstance:
+def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction, tuple, Method]]]:
     global _compiles
     with _world.lock():
         deps = _dependencies(job)
     artifact = job.config.backend.compile(job)  # raises: nothing is stored
     _compiles += 1
-    ci = CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps))
+    return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
+
+
+def _store(
+    job: CompilerJob, ci: CodeInstance, deps: list[tuple[GenericFunction, tuple, Method]]
+) -> None:
+    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used."""
     with _world.lock():
         for gf, tt, method in deps:
             gf.add_backedge(tt, method, ci)
-        # A definition made while compiling ran before these edges existed: if any
+        # A definition made since the job's world ran before these edges existed: if any
         # dispatch changed since, trust this code in its own world only.
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.invalidate(job.world)
-    return ci
+    _cache.setdefault((job.mi, job.config), []).append(ci)
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
     """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
-    and its linked form for ``context`` (linked on a miss). Compile hooks see every call."""
-    key = (job.mi, job.config)
+    and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
+    Code that fails to compile or to link is not kept."""
     with _cache_lock:
-        fresh = False
-        for ci in _cache.get(key, ()):
+        deps = None
+        for ci in _cache.get((job.mi, job.config), ()):
             if ci.valid(job.world):
                 break
         else:
-            ci = _compile(job)
-            fresh = True
+            ci, deps = _compile(job)
         for hook in _hooks:
             hook(job, ci.artifact)
         linked = ci.linked.get(context)
         if linked is None:
             linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
             ci.linked[context] = linked
-        if fresh:
-            _cache.setdefault(key, []).append(ci)
+        if deps is not None:
+            _store(job, ci, deps)
     return ci, linked
 
 

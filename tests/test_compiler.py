@@ -120,6 +120,7 @@ def test_link_failure_stores_nothing():
         with pytest.raises(KeyError):
             run(nolink_cc, 1)
     assert compile_count() == n + 2  # the failed code was not kept
+    assert nolink_cc._backedges == []  # nor anything that points at it
 
 
 def test_method_body_must_return_source():
