@@ -15,6 +15,7 @@ dispatch would pick ends that code's validity before the new world is published.
 from __future__ import annotations
 
 import inspect
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
@@ -131,6 +132,13 @@ def signature_of(fn: Callable[..., Any]) -> tuple[type, ...]:
         raise TypeError(f"cannot read the signature of {name}: {e}") from None
     try:
         hints = inspect.get_annotations(fn, eval_str=True)
+    except NameError:
+        # String annotations (``from __future__ import annotations``) naming the locals of
+        # the function the method is defined in: evaluate them there, as the `def` would.
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True, locals=_definer_locals())
+        except Exception as e:
+            raise TypeError(f"cannot evaluate the annotations of {name}: {e}") from None
     except Exception as e:
         raise TypeError(f"cannot evaluate the annotations of {name}: {e}") from None
     sig = []
@@ -152,6 +160,18 @@ def signature_of(fn: Callable[..., Any]) -> tuple[type, ...]:
             )
         sig.append(t)
     return tuple(sig)
+
+
+_MACHINERY = {__file__, __file__.replace("methods.py", "kernels.py")}
+
+
+def _definer_locals() -> dict[str, Any]:
+    """The locals of the innermost frame outside the definition machinery (this module and
+    ``kernels.py``): the scope in which the decorated ``def`` ran."""
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename in _MACHINERY:
+        frame = frame.f_back
+    return dict(frame.f_locals) if frame is not None else {}
 
 
 def _check_tt(name: str, tt: object) -> tuple[type, ...]:
