@@ -34,6 +34,7 @@ __all__ = [
     "CompilerJob",
     "compile_and_link",
     "compile_count",
+    "compile_only",
     "device_code",
     "device_code_source",
 ]
@@ -214,16 +215,21 @@ def _store(
     _cache.setdefault((job.mi, job.config), []).append(ci)
 
 
+def _find(job: CompilerJob) -> CodeInstance | None:
+    for ci in _cache.get((job.mi, job.config), ()):
+        if ci.valid(job.world):
+            return ci
+    return None
+
+
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
     """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
     and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
     Code that fails to compile or to link is not kept."""
     with _cache_lock:
         deps = None
-        for ci in _cache.get((job.mi, job.config), ()):
-            if ci.valid(job.world):
-                break
-        else:
+        ci = _find(job)
+        if ci is None:
             ci, deps = _compile(job)
         for hook in _hooks:
             hook(job, ci.artifact)
@@ -234,6 +240,19 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         if deps is not None:
             _store(job, ci, deps)
     return ci, linked
+
+
+def compile_only(job: CompilerJob) -> CodeInstance:
+    """The code instance valid in ``job.world``, compiled and kept on a miss, linked nowhere:
+    the reflection entry (a back-end's ``code_ptx``). Compile hooks see it."""
+    with _cache_lock:
+        ci = _find(job)
+        if ci is None:
+            ci, deps = _compile(job)
+            _store(job, ci, deps)
+        for hook in _hooks:
+            hook(job, ci.artifact)
+    return ci
 
 
 @contextmanager

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import world as _world
-from .compiler import CompilerConfig, CompilerJob, compile_and_link
+from .compiler import CompilerConfig, CompilerJob, compile_and_link, compile_only
 from .methods import GenericFunction
 from .types import type_name
 
@@ -25,6 +25,7 @@ __all__ = [
     "DeviceFunction",
     "Kernel",
     "KernelInstance",
+    "code_of",
     "kernel_of",
     "uncached_lookup",
     "unsupported_argument",
@@ -118,10 +119,19 @@ def kernel_of(F: Any) -> tuple[Kernel, tuple[type, ...]]:
 def uncached_lookup(F: Any, tt: tuple[type, ...], config: CompilerConfig, context: Hashable) -> Any:
     """Dispatch in the task's world, then the compiled-code cache, then the handle for
     ``context``: the lookup a back-end wraps in ``cached_lookup``."""
+    return compile_and_link(_job(F, tt, config), context)[1]
+
+
+def _job(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> CompilerJob:
     kernel, captured = kernel_of(F)
     w = _world.current()
-    mi = kernel.methodinstance(captured + tt, w)
-    return compile_and_link(CompilerJob(mi, config, w), context)[1]
+    return CompilerJob(kernel.methodinstance(captured + tt, w), config, w)
+
+
+def code_of(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> Any:
+    """Dispatch in the task's world, then the compiled-code cache: the artifact, linked
+    nowhere (what a back-end's ``code_ptx`` and similar reflection return from)."""
+    return compile_only(_job(F, tt, config)).artifact
 
 
 class Definitions:

@@ -217,3 +217,22 @@ def test_compile_and_link_caches_per_method_instance_config_and_world_range():
     ci2, f2 = compile_and_link(CompilerJob(mi, CONFIG, latest()), "ctx")
     assert ci1 is ci2 and f1 is f2 and ci1.valid(latest())
     assert ci1.min_world == mi.method.min_world
+
+
+def test_code_of_compiles_once_links_nowhere_and_is_seen_by_hooks():
+    from specializer.kernels import code_of
+
+    @kernel
+    def reflected_cc(x: np.number):
+        return "def reflected_cc(x): return x"
+
+    n, links = compile_count(), BACKEND.links
+    art = code_of(reflected_cc, (np.int64,), CONFIG)
+    assert art.source == "def reflected_cc(x): return x"
+    assert code_of(reflected_cc, (np.int64,), CONFIG) is art
+    assert compile_count() == n + 1 and BACKEND.links == links
+    seen = []
+    with device_code(lambda job, artifact: seen.append(artifact)):
+        code_of(reflected_cc, (np.int64,), CONFIG)
+    assert seen == [art]
+    assert run(reflected_cc, 5) == 5 and compile_count() == n + 1  # the launch reuses the code

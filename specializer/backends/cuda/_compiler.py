@@ -179,9 +179,7 @@ class CUDABackend(Backend):
         return CUDAArtifact(source, ptx, cubin, entry, arch, log)
 
     def link(self, job: CompilerJob, artifact: CUDAArtifact, context: Hashable) -> Any:
-        """Load into ``context``; ``context=None`` is reflection (``code_ptx``): no load."""
-        if context is None:
-            return artifact
+        """Load into ``context`` and get the kernel's function handle."""
         assert isinstance(context, Context)
         image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
         detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"

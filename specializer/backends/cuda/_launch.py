@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...kernels import Definitions, Kernel, KernelInstance, kernel_of, uncached_lookup
+from ...kernels import Definitions, Kernel, KernelInstance, code_of, kernel_of, uncached_lookup
 from ...lookup import specialize
 from ...types import type_name
 from ._array import ARGTYPES
@@ -189,7 +189,7 @@ def code_ptx(
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = f if f.__class__ is Kernel else f.__class__
     _check_ours(F)
-    return uncached_lookup(F, tt, config, None).ptx
+    return code_of(F, tt, config).ptx
 
 
 class HostKernel:
