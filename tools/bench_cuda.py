@@ -42,18 +42,17 @@ import argparse
 import ctypes
 import os
 import platform
-import re
 import shutil
 import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
+from callgrind import instructions  # tools/callgrind.py, beside this script
 
 import specializer
 from specializer.backends import cuda
@@ -157,30 +156,7 @@ TUPLE = "cuda.bindings (values, types)"
 
 
 def _callgrind(variant: str, loops: int, flag: str = "--variant", timeout: float = 300) -> int:
-    with tempfile.TemporaryDirectory() as d:
-        path = os.path.join(d, "cg.out")
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={path}",
-                sys.executable,
-                os.path.abspath(__file__),
-                flag,
-                variant,
-                "--loops",
-                str(loops),
-            ],
-            check=True,
-            capture_output=True,
-            timeout=timeout,
-            # OpenBLAS's idle threads would add millions of instructions at random
-            env={**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"},
-        )
-        with open(path) as f:
-            text = f.read()
-    m = re.search(r"^summary:\s*(\d+)", text, re.M) or re.search(r"^totals:\s*(\d+)", text, re.M)
-    return int(m.group(1))
+    return instructions(__file__, flag, variant, "--loops", str(loops), timeout=timeout)
 
 
 def packing() -> bool:

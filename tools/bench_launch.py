@@ -40,6 +40,7 @@ import warnings
 import numpy as np
 import pyopencl
 import pyopencl.array as cla
+from callgrind import QUIET_ENV  # tools/callgrind.py, beside this script
 
 import specializer
 from specializer import CompilerConfig
@@ -47,10 +48,6 @@ from specializer.backends import opencl as cl
 from specializer.kernels import uncached_lookup
 
 SHORT, LONG = 2_000, 22_000  # callgrind loop lengths of the lookup variants
-# No idle BLAS worker threads (callgrind counts every thread) and fixed string hashes,
-# so the counts repeat exactly.
-QUIET_ENV = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-QUIET_ENV["PYTHONHASHSEED"] = "0"
 FINISH_EVERY = 100
 SOURCE = "__kernel void acc(__global float *x, float a) { x[get_global_id(0)] += a; }"
 

@@ -19,30 +19,19 @@ from __future__ import annotations
 
 import argparse
 import functools
-import os
-import re
 import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 import numpy as np
+from callgrind import per_iteration  # tools/callgrind.py, beside this script
 
 import specializer
 from specializer import GenericFunction, cached_lookup, specialize
 
 SHORT, LONG = 20_000, 220_000
-# No idle BLAS worker threads (callgrind counts every thread) and fixed string hashes,
-# so the counts repeat exactly.
-QUIET_ENV = {
-    **os.environ,
-    "OPENBLAS_NUM_THREADS": "1",
-    "OMP_NUM_THREADS": "1",
-    "PYTHONHASHSEED": "0",
-}
 
 
 def _setup():
@@ -118,33 +107,8 @@ def _setup():
     }
 
 
-def _instructions(variant: str, loops: int) -> int:
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--variant",
-                variant,
-                "--loops",
-                str(loops),
-            ],
-            check=True,
-            capture_output=True,
-            env=QUIET_ENV,
-        )
-        with open(out) as f:
-            text = f.read()
-    m = re.search(r"^summary:\s*(\d+)", text, re.M) or re.search(r"^totals:\s*(\d+)", text, re.M)
-    return int(m.group(1))
-
-
 def _per_call_insns(variant: str) -> float:
-    return (_instructions(variant, LONG) - _instructions(variant, SHORT)) / (LONG - SHORT)
+    return per_iteration(__file__, "--variant", variant, SHORT, LONG)
 
 
 def _timings(loops: dict, rounds: int = 15, n: int = 200_000) -> dict[str, float]:
