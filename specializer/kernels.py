@@ -141,8 +141,9 @@ class Definitions:
     module; running a ``def`` again with the same signature replaces the method.
     """
 
-    def __init__(self, typeof: Callable[[Any], type]) -> None:
+    def __init__(self, typeof: Callable[[Any], type], module: str = "this back-end") -> None:
         self.typeof = typeof
+        self.module = module  # for messages: "specializer.backends.opencl"
         self._table: dict[tuple[str, str, type], GenericFunction] = {}
         self._lock = threading.Lock()
 
@@ -158,6 +159,17 @@ class Definitions:
                 self._table[key] = gf
         gf.add_method(fn, callees=callees)
         return gf
+
+    def own(self, F: Any) -> Kernel:
+        """The kernel of ``F`` (a kernel or kernel instance type), which must have been defined
+        with these decorators: a kernel of another back-end is a ``TypeError``."""
+        k = kernel_of(F)[0]
+        if k.typeof is not self.typeof:
+            raise TypeError(
+                f"kernel {k.name} was defined with another back-end's @kernel; launch it with "
+                f"that back-end, or define it with {self.module}.kernel"
+            )
+        return k
 
     def kernel(
         self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()

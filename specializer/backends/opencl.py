@@ -49,7 +49,6 @@ from ..kernels import (
     Definitions,
     Kernel,
     KernelInstance,
-    kernel_of,
     uncached_lookup,
     unsupported_argument,
 )
@@ -441,7 +440,7 @@ def _work_size(size: Any, what: str) -> tuple[int, ...]:
 
 # -- the lookup and the launch ------------------------------------------------------------
 
-_definitions = Definitions(typeof)
+_definitions = Definitions(typeof, __name__)
 kernel = _definitions.kernel
 device = _definitions.device
 
@@ -481,12 +480,7 @@ def _linked(
 
 
 def _uncached(F: Any, tt: tuple[type, ...], key: tuple[cl.Context, tuple[str, ...]]) -> Any:
-    k = kernel_of(F)[0]
-    if k.typeof is not typeof:
-        raise TypeError(
-            f"kernel {k.name} was defined with another back-end's @kernel; launch it with that "
-            "back-end, or define it with specializer.backends.opencl.kernel"
-        )
+    _definitions.own(F)
     return uncached_lookup(F, tt, _config(key[1]), key[0])
 
 

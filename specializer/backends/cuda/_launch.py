@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...kernels import Definitions, Kernel, KernelInstance, code_of, kernel_of, uncached_lookup
+from ...kernels import Definitions, Kernel, KernelInstance, code_of, uncached_lookup
 from ...lookup import specialize
 from ...types import type_name
 from ._array import ARGTYPES
@@ -22,7 +22,7 @@ from ._types import typeof
 
 __all__ = ["HostKernel", "code_ptx", "cufunction", "device", "kernel", "launch"]
 
-_definitions = Definitions(typeof)
+_definitions = Definitions(typeof, "specializer.backends.cuda")
 
 #: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method. The method body is
 #: called once per method instance with the concrete argument types bound to its
@@ -40,19 +40,9 @@ def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
 
 
-def _check_ours(F: Any) -> None:
-    """A TypeError unless ``F`` is a kernel (or kernel instance type) of this back-end."""
-    k = kernel_of(F)[0]
-    if k.typeof is not typeof:
-        raise TypeError(
-            f"kernel {k.name} was defined with another back-end's @kernel; launch it with that "
-            "back-end, or define it with specializer.backends.cuda.kernel"
-        )
-
-
 def _link(F: Any, tt: tuple[type, ...], key: tuple[Context, tuple[tuple[str, Any], ...]]) -> Any:
     """The uncached lookup: dispatch, the compiled-code cache, the load into the context."""
-    _check_ours(F)
+    _definitions.own(F)
     ctx, kw = key
     return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
 
@@ -188,7 +178,7 @@ def code_ptx(
         compiler_kwargs["arch"] = arch
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = f if f.__class__ is Kernel else f.__class__
-    _check_ours(F)
+    _definitions.own(F)
     return code_of(F, tt, config).ptx
 
 
