@@ -20,6 +20,7 @@ from .methods import GenericFunction
 from .types import type_name
 
 __all__ = [
+    "NO_FRONT",
     "SCALAR_TYPES",
     "Definitions",
     "DeviceFunction",
@@ -27,6 +28,7 @@ __all__ = [
     "KernelInstance",
     "code_of",
     "kernel_of",
+    "set_front",
     "uncached_lookup",
     "unsupported_argument",
 ]
@@ -53,6 +55,34 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
     )
 
 
+#: The front entry of a lookup target that has none: its world is no world, so it never hits.
+NO_FRONT: tuple[Any, ...] = (object(), None, None, None, None)
+
+
+def set_front(
+    F: Any, w: int | None, where: Any, tt: tuple[type, ...], result: Any, host: Any = None
+) -> None:
+    """Publish ``F``'s front entry: ``(w, where, tt, result, host)``.
+
+    The front entry is a back-end's inline copy of its newest cached lookup for ``F`` (a
+    kernel, or a kernel instance's type): the launch path compares ``entry[0] is WORLD[0]``,
+    ``entry[1] is where`` (its queue, or context key) and ``entry[2] == tt`` in its own frame,
+    and takes ``result`` without calling anything. On any difference it runs the cached lookup
+    (``cached_lookup``/``specialize``, which keeps four entries and checks the key by value)
+    and publishes the new entry here. ``host`` is what the back-end returns for a plain kernel
+    (its ``HostKernel``); it stays ``None`` for a kernel instance's type, whose values live in
+    the instance.
+
+    ``w`` must be ``world.WORLD[0]`` as read *before* that lookup ran. The lookup then ran in
+    that world or a newer one; if newer, ``w`` is no longer the latest world and never will be
+    again, so the entry can never hit. ``None`` (a task pinned, a compile hook or precompile
+    mode active) publishes nothing: those lookups must not be remembered. The entry is one
+    tuple, replaced whole: a thread reads the old one or the new one, never a mix.
+    """
+    if w is not None:
+        F.front = (w, where, tt, result, host)
+
+
 class DeviceFunction(GenericFunction):
     """A device function (callee): its methods take no parameters and return device source."""
 
@@ -63,6 +93,8 @@ class Kernel(GenericFunction):
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)
         self.typeof = typeof
+        #: The back-end's newest lookup of this kernel (see :func:`set_front`).
+        self.front: tuple[Any, ...] = NO_FRONT
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
         self._closures_lock = threading.Lock()
 
@@ -99,6 +131,8 @@ class KernelInstance:
     __slots__ = ("__weakref__", "values")
     kernel: ClassVar[Kernel]
     captured: ClassVar[tuple[type, ...]] = ()
+    #: The back-end's newest lookup of this kernel instance type (see :func:`set_front`).
+    front: ClassVar[tuple[Any, ...]] = NO_FRONT
 
     def __init__(self, values: tuple[Any, ...]) -> None:
         self.values = values
@@ -170,6 +204,18 @@ class Definitions:
                 f"that back-end, or define it with {self.module}.kernel"
             )
         return k
+
+    def kernel_type(self, f: Any) -> Any:
+        """``F`` of ``f``: a kernel itself, or a kernel instance's type (not yet checked to be
+        one of these decorators'; :meth:`own` does that)."""
+        if f.__class__ is Kernel:
+            return f
+        if isinstance(f, KernelInstance):
+            return f.__class__
+        raise TypeError(
+            f"expected a kernel or a kernel instance, got {f!r}: define kernels with "
+            f"{self.module}.kernel, and kernel instances with kernel.capture(...)"
+        )
 
     def kernel(
         self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()

@@ -361,6 +361,103 @@ def test_second_context_on_the_same_device_gets_its_own_kernel_and_both_keep_hit
     assert compile_count() == before  # a new context links; it does not recompile
 
 
+def test_alternating_kernels_and_queues_each_get_their_own_lookup(queue, lookups):
+    # Each kernel keeps its newest lookup inline (its front entry); alternating kernels,
+    # queues of one context and argument types must never see another's.
+    @cl.kernel
+    def add_one(x: F32) -> str:
+        return "__kernel void add_one(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+
+    @cl.kernel
+    def add_ten(x: F32) -> str:
+        return "__kernel void add_ten(__global float *x) { x[get_global_id(0)] += 10.0f; }"
+
+    q2 = pyopencl.CommandQueue(queue.context)
+    x, y = zeros(queue, 4), zeros(queue, 4, np.int32)
+    for q in (queue, q2):
+        cl.clfunction(add_one, (F32,), q)
+        cl.clfunction(add_ten, (F32,), q)
+    n = len(lookups)
+    for _ in range(3):
+        for q in (queue, q2):
+            hk = cl.clfunction(add_one, (F32,), q)
+            assert hk.queue is q and hk.f is add_one and hk.tt == (F32,)
+            hk(x, global_size=4)
+            assert cl.clfunction(add_ten, (F32,), queue=q).queue is q
+            cl.launch(add_ten, x, global_size=4, queue=q)
+            cl.launch(set_value, y, np.int32(7), global_size=4, queue=q)
+            cl.launch(add_one, x, global_size=4, queue=q)
+        q2.finish()
+    assert x.get().tolist() == [72, 72, 72, 72]
+    assert y.get().tolist() == [7, 7, 7, 7]
+    assert len(lookups) == n + 1  # set_value's first launch; every other lookup hit
+
+
+def test_a_definition_made_while_a_lookup_runs_is_seen_by_the_next_lookup(queue):
+    # The world rises while the lookup runs: its result belongs to the world it started in,
+    # and the next lookup, in the newer world, must not reuse it.
+    @cl.device
+    def rising() -> str:
+        return "float rising(void) { return 1.0f; }"
+
+    redefined = []
+
+    @cl.kernel(callees=[rising])
+    def uses_rising(x: F32) -> str:
+        if not redefined:
+            redefined.append(specializer.latest())
+
+            @cl.device
+            def rising() -> str:
+                return "float rising(void) { return 2.0f; }"
+
+        return "__kernel void uses_rising(__global float *x) { x[get_global_id(0)] = rising(); }"
+
+    x = zeros(queue, 4)
+    first = cl.clfunction(uses_rising, (F32,))
+    assert specializer.latest() > redefined[0]
+    first(x, global_size=4)
+    assert x.get().tolist() == [1, 1, 1, 1]  # the code of the world the lookup ran in
+    second = cl.clfunction(uses_rising, (F32,))
+    assert second.linked is not first.linked
+    second(x, global_size=4)
+    assert x.get().tolist() == [2, 2, 2, 2]
+    cl.launch(uses_rising, x.fill(0), global_size=4)
+    assert x.get().tolist() == [2, 2, 2, 2]
+    assert cl.clfunction(uses_rising, (F32,)) is cl.clfunction(uses_rising, (F32,))
+
+
+def test_clfunction_of_kernel_instances_returns_each_live_instance(queue, lookups):
+    @cl.kernel
+    def scale_captured(c: np.float32, x: F32) -> str:
+        return """__kernel void scale_captured(float c, __global float *x) {
+                      x[get_global_id(0)] *= c; }"""
+
+    x = cla.to_device(queue, np.ones(4, np.float32))
+    two, three = scale_captured.capture(np.float32(2)), scale_captured.capture(np.float32(3))
+    hk2 = cl.clfunction(two, (F32,))
+    n = len(lookups)
+    hk3 = cl.clfunction(three, (F32,))
+    assert (hk2.f, hk3.f) == (two, three)
+    assert hk2.linked is hk3.linked and hk2 is not hk3
+    hk2(x, global_size=4)
+    hk3(x, global_size=4)
+    cl.launch(three, x, global_size=4)
+    assert x.get().tolist() == [18, 18, 18, 18]
+    assert len(lookups) == n
+    refs = weakref.ref(two), weakref.ref(three)
+    del two, three, hk2, hk3
+    gc.collect()
+    assert refs[0]() is None and refs[1]() is None
+
+
+def test_clfunction_and_launch_of_what_is_not_a_kernel_say_what_is_expected(queue):
+    with pytest.raises(TypeError, match=r"expected a kernel or a kernel instance, got 3"):
+        cl.clfunction(3, ())
+    with pytest.raises(TypeError, match=r"expected a kernel or a kernel instance, got 'acc'"):
+        cl.launch("acc", global_size=1)
+
+
 def test_host_kernel_refuses_a_queue_of_another_context(queue):
     q2 = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
     hk = cl.clfunction(add_value, (F32, np.float32), queue=queue)
@@ -530,8 +627,8 @@ def test_kernel_of_another_backend_is_refused(queue):
 def test_launch_of_something_that_is_not_a_kernel_says_what_is_expected():
     with pytest.raises(
         TypeError,
-        match=r"expected an OpenCL kernel \(from @kernel\) or a kernel "
-        r"instance",
+        match=r"expected a kernel or a kernel instance, got <built-in function print>: define "
+        r"kernels with specializer\.backends\.opencl\.kernel",
     ):
         cl.launch(print, global_size=1)
 

@@ -112,7 +112,7 @@ def _setup(warm_up: bool = True):
         with specializer.device_code(lambda job, artifact: None):
             hit(n)
 
-    def noop(f, tt=(), *, queue=None, **compiler_kwargs):
+    def noop(f, tt=(), queue=None, **compiler_kwargs):
         return None
 
     def floor(n):

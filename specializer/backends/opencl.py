@@ -45,15 +45,17 @@ import pyopencl.array as cla
 from .. import codegen
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from ..kernels import (
+    NO_FRONT,
     SCALAR_TYPES,
     Definitions,
     Kernel,
-    KernelInstance,
+    set_front,
     uncached_lookup,
     unsupported_argument,
 )
 from ..lookup import specialize
 from ..types import DeviceArray, type_name
+from ..world import WORLD as _WORLD
 
 __all__ = [
     "BACKEND",
@@ -447,23 +449,13 @@ device = _definitions.device
 
 _specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., Any]] = {}
 
-# The latest lookup without build options: (F, tt, queue, key, its specialized function, its
-# lookup closure, and the HostKernel clfunction made for it, if F is a plain kernel). A launch
-# or clfunction repeating it (one kernel in a loop: the usual case) goes straight to that
-# function, which still checks the world and the key. Replaced whole, never torn. It holds
-# types, a queue and a context, never a kernel instance: F of an instance is its type.
-_last: tuple[Any, ...] = (None,) * 7
-
 
 def _linked(
     F: Any, tt: tuple[type, ...], queue: cl.CommandQueue, compiler_kwargs: dict[str, Any]
 ) -> LinkedKernel:
-    """The lookup, from the top: key, specialized function, closure; remembered in ``_last``.
-
-    This is ``cached_lookup(lookup, LinkedKernel, F, tt, key)`` with this function as the
-    call site and its specialized function found by (F, tt) alone: every key is a tuple.
-    """
-    global _last
+    """The cached lookup: ``cached_lookup(lookup, LinkedKernel, F, tt, key)`` with this
+    function as the call site and its specialized function found by (F, tt) alone (every
+    key is a tuple)."""
     key = _key(queue)
     if compiler_kwargs:
         key = (key[0], _build_options(compiler_kwargs))
@@ -474,26 +466,31 @@ def _linked(
     def lookup() -> LinkedKernel:
         return _uncached(F, tt, key)
 
-    if not compiler_kwargs:
-        _last = (F, tt, queue, key, fn, lookup, None)
     return fn(key, lookup)
+
+
+def _front_miss(
+    f: Any, tt: Any, queue: cl.CommandQueue | None, compiler_kwargs: dict[str, Any], host: bool
+) -> tuple[LinkedKernel, HostKernel | None]:
+    """What ``launch`` and ``clfunction`` do when ``f``'s front entry does not hold their
+    lookup: the cached lookup, then (without build options) a new front entry. Returns the
+    linked kernel, and with ``host`` the HostKernel for ``f``."""
+    if queue is None:
+        queue = default_queue()
+    if type(tt) is not tuple:
+        tt = tuple(tt)
+    F = _definitions.kernel_type(f)
+    w = _WORLD[0]  # before the lookup: see set_front
+    linked = _linked(F, tt, queue, compiler_kwargs)
+    hk = HostKernel(f, tt, linked, queue) if host else None
+    if not compiler_kwargs:
+        set_front(F, w, queue, tt, linked, hk if F is f else None)
+    return linked, hk
 
 
 def _uncached(F: Any, tt: tuple[type, ...], key: tuple[cl.Context, tuple[str, ...]]) -> Any:
     _definitions.own(F)
     return uncached_lookup(F, tt, _config(key[1]), key[0])
-
-
-def _kernel_type(f: Any) -> Any:
-    """``F``: the kernel itself, or a kernel instance's type."""
-    if type(f) is Kernel:
-        return f
-    if isinstance(f, KernelInstance):
-        return type(f)
-    raise TypeError(
-        f"expected an OpenCL kernel (from @kernel) or a kernel instance (kernel.capture(...)), "
-        f"got {f!r}"
-    )
 
 
 class HostKernel:
@@ -562,7 +559,7 @@ class HostKernel:
 
 
 def clfunction(
-    f: Any, tt: Iterable[type] = (), *, queue: cl.CommandQueue | None = None, **compiler_kwargs: Any
+    f: Any, tt: Iterable[type] = (), queue: cl.CommandQueue | None = None, **compiler_kwargs: Any
 ) -> HostKernel:
     """The kernel ``f`` (a kernel or kernel instance) for argument types ``tt`` in the context of
     ``queue`` (default :func:`default_queue`), built with ``options=(...)`` if given.
@@ -573,29 +570,18 @@ def clfunction(
     a plain kernel again returns the same HostKernel while the lookup's result is the same.
     """
     if queue is None:
-        queue = _default_queue if _default_queue is not None else default_queue()
-    last_F, last_tt, last_queue, key, fn, lookup, hk = _last
-    if last_F is f and last_queue is queue and last_tt == tt and not compiler_kwargs:
-        # A plain kernel looked up last time too: check the cache, reuse the HostKernel.
-        linked = fn(key, lookup)
-        if hk is not None and hk.linked is linked:
+        queue = _default_queue
+    # The front entry: the newest lookup of f (see kernels.set_front), checked here inline.
+    try:
+        w, q, t, linked, hk = f.front
+    except AttributeError:  # not a kernel: _front_miss says so
+        w, q, t, linked, hk = NO_FRONT
+    if w is _WORLD[0] and q is queue and (t is tt or t == tt) and not compiler_kwargs:
+        if hk is not None:
             return hk
-    else:
-        if type(tt) is not tuple:
-            tt = tuple(tt)
-        linked = _linked(_kernel_type(f), tt, queue, compiler_kwargs)
-    hk = HostKernel(f, tt, linked, queue)
-    if type(f) is Kernel and not compiler_kwargs:
-        _remember(hk)
-    return hk
-
-
-def _remember(hk: HostKernel) -> None:
-    """Keep a plain kernel's HostKernel with the latest lookup, if it is still the latest."""
-    global _last
-    m = _last
-    if m[0] is hk.f and m[2] is hk.queue and m[1] == hk.tt:
-        _last = (*m[:6], hk)
+        if type(f) is not Kernel:  # a kernel instance: the live f with the cached result
+            return HostKernel(f, t, linked, q)
+    return _front_miss(f, tt, queue, compiler_kwargs, True)[1]
 
 
 def launch(
@@ -614,19 +600,17 @@ def launch(
     choose); ``queue`` defaults to :func:`default_queue`; ``options=(...)`` are build options.
     """
     if queue is None:
-        queue = _default_queue if _default_queue is not None else default_queue()
-    if type(f) is Kernel:
-        F = f
-        params = args
-    else:
-        F = _kernel_type(f)
-        params = f.values + args
+        queue = _default_queue
     tt = tuple(map(typeof, args))
-    last_F, last_tt, last_queue, key, fn, lookup, _ = _last
-    if last_F is F and last_queue is queue and last_tt == tt and not compiler_kwargs:
-        linked = fn(key, lookup)  # the cached lookup, as found for the latest launch
-    else:
-        linked = _linked(F, tt, queue, compiler_kwargs)
+    try:
+        w, q, t, linked, _ = f.front  # f's newest lookup (see kernels.set_front), checked inline
+    except AttributeError:  # not a kernel: _front_miss says so
+        w, q, t, linked, _ = NO_FRONT
+    if not (w is _WORLD[0] and q is queue and t == tt) or compiler_kwargs:
+        if queue is None:
+            queue = default_queue()
+        linked = _front_miss(f, tt, queue, compiler_kwargs, False)[0]
+    params = args if type(f) is Kernel else f.values + args
     if type(global_size) is not tuple:
         global_size = _work_size(global_size, "global_size")
     if local_size is not None and type(local_size) is not tuple:

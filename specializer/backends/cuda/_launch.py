@@ -12,9 +12,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ...kernels import Definitions, Kernel, KernelInstance, code_of, uncached_lookup
+from ...kernels import (
+    NO_FRONT,
+    Definitions,
+    Kernel,
+    KernelInstance,
+    code_of,
+    set_front,
+    uncached_lookup,
+)
 from ...lookup import specialize
 from ...types import type_name
+from ...world import WORLD as _WORLD
 from ._array import ARGTYPES
 from ._compiler import LinkedKernel, compiler_config
 from ._driver import Context, current_context, current_key, local
@@ -51,17 +60,10 @@ def _link(F: Any, tt: tuple[type, ...], key: tuple[Context, tuple[tuple[str, Any
 # ``specialize`` makes it: what ``cached_lookup`` would find on every call.
 _specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., LinkedKernel]] = {}
 
-# The latest lookup without compiler kwargs: (F, tt, key, specialized function, closure).
-# A launch of the same kernel type with the same argument types in the same context passes
-# that closure again (it captures only those three) instead of making one. Replaced whole,
-# so a thread reads one consistent entry; it holds types, never a kernel instance.
-_last: tuple[Any, ...] = (None,) * 5
-
 
 def _lookup(F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> LinkedKernel:
     """``cached_lookup(lookup, LinkedKernel, F, tt, key)`` with this function as the call site
     and its specialized function found by (F, tt) alone (every key is a tuple)."""
-    global _last
     fn = _specialized.get((F, tt))
     if fn is None:
         fn = _specialized.setdefault((F, tt), specialize(_lookup, LinkedKernel, F, tt, tuple))
@@ -69,9 +71,27 @@ def _lookup(F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> LinkedKernel:
     def lookup() -> LinkedKernel:
         return _link(F, tt, key)
 
-    if key is local.key:
-        _last = (F, tt, key, fn, lookup)
     return fn(key, lookup)
+
+
+def _front_miss(
+    f: Any, tt: Any, key: tuple[Any, ...], compiler_kwargs: dict[str, Any], host: bool
+) -> tuple[LinkedKernel, HostKernel | None]:
+    """What ``launch`` and ``cufunction`` do when ``f``'s front entry does not hold their
+    lookup: the cached lookup, then (without compiler kwargs) a new front entry. Returns the
+    linked kernel, and with ``host`` the HostKernel for ``f``."""
+    if type(tt) is not tuple:
+        tt = tuple(tt)
+    F = _definitions.kernel_type(f)
+    w = _WORLD[0]  # before the lookup: see set_front
+    if compiler_kwargs:
+        linked = _lookup(F, tt, (key[0], _kwkey(compiler_kwargs)))
+    else:
+        linked = _lookup(F, tt, key)
+    hk = HostKernel(f, tt, linked) if host else None
+    if not compiler_kwargs:
+        set_front(F, w, key, tt, linked, hk if F is f else None)
+    return linked, hk
 
 
 def _argtypes(args: tuple[Any, ...]) -> tuple[type, ...]:
@@ -110,15 +130,6 @@ def _argtypes(args: tuple[Any, ...]) -> tuple[type, ...]:
     return tuple(map(typeof, args))
 
 
-def _cached(F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> LinkedKernel:
-    """The cached lookup, reusing the latest lookup's closure when it is for the same
-    (F, tt, key) (``launch`` has these lines inline)."""
-    last_F, last_tt, last_key, fn, lookup = _last
-    if last_F is F and last_key is key and last_tt == tt:
-        return fn(key, lookup)
-    return _lookup(F, tt, key)
-
-
 def cufunction(
     f: Kernel | KernelInstance, tt: tuple[type, ...] = (), **compiler_kwargs: Any
 ) -> HostKernel:
@@ -128,10 +139,17 @@ def cufunction(
     the load into the context) runs through ``cached_lookup`` with key (context, compiler
     kwargs); see ``COMPILER_KWARGS`` for the kwargs."""
     key = local.key or current_key()
-    if compiler_kwargs:
-        key = (key[0], _kwkey(compiler_kwargs))
-    F = f if f.__class__ is Kernel else f.__class__
-    return HostKernel(f, tt, _cached(F, tt, key))
+    # The front entry: the newest lookup of f (see kernels.set_front), checked here inline.
+    try:
+        w, k, t, linked, hk = f.front
+    except AttributeError:  # not a kernel: _front_miss says so
+        w, k, t, linked, hk = NO_FRONT
+    if w is _WORLD[0] and k is key and (t is tt or t == tt) and not compiler_kwargs:
+        if hk is not None:
+            return hk
+        if f.__class__ is not Kernel:  # a kernel instance: the live f with the cached result
+            return HostKernel(f, t, linked)
+    return _front_miss(f, tt, key, compiler_kwargs, True)[1]
 
 
 def launch(
@@ -150,16 +168,15 @@ def launch(
     calling thread's current context; a kernel instance's captured values come first."""
     tt = _argtypes(args)
     key = local.key or current_key()
-    if compiler_kwargs:
-        key = (key[0], _kwkey(compiler_kwargs))
-    F = f if f.__class__ is Kernel else f.__class__
-    last_F, last_tt, last_key, fn, lookup = _last  # _cached, inline: the path of every launch
-    if last_F is F and last_key is key and last_tt == tt:
-        fun = fn(key, lookup)
-    else:
-        fun = _lookup(F, tt, key)
-    # F is f, or the lookup proved f a kernel instance: it has captured values
-    fun.launch(fun, grid, block, shared_mem, stream, args if F is f else f.values + args)
+    try:
+        w, k, t, fun, _ = f.front  # f's newest lookup (see kernels.set_front), checked inline
+    except AttributeError:  # not a kernel: _front_miss says so
+        w, k, t, fun, _ = NO_FRONT
+    if not (w is _WORLD[0] and k is key and t == tt) or compiler_kwargs:
+        fun = _front_miss(f, tt, key, compiler_kwargs, False)[0]
+    fun.launch(
+        fun, grid, block, shared_mem, stream, args if f.__class__ is Kernel else f.values + args
+    )
 
 
 def code_ptx(
@@ -177,7 +194,7 @@ def code_ptx(
     else:
         compiler_kwargs["arch"] = arch
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
-    F = f if f.__class__ is Kernel else f.__class__
+    F = _definitions.kernel_type(f)
     _definitions.own(F)
     return code_of(F, tt, config).ptx
 
