@@ -205,6 +205,16 @@ class Definitions:
             )
         return k
 
+    def capture(self, kernel: Kernel, *values: Any) -> KernelInstance:
+        """``kernel.capture(*values)``, for a kernel defined with these decorators: a kernel
+        instance whose values are passed as leading arguments on every launch."""
+        if not isinstance(kernel, Kernel):
+            raise TypeError(
+                f"capture takes a kernel (from {self.module}.kernel) and the values to pass "
+                f"first on every launch, got {kernel!r}"
+            )
+        return self.own(kernel).capture(*values)
+
     def kernel_type(self, f: Any) -> Any:
         """``F`` of ``f``: a kernel itself, or a kernel instance's type (not yet checked to be
         one of these decorators'; :meth:`own` does that)."""

@@ -155,6 +155,11 @@ def test_captured_values_are_the_leading_parameters():
         cuda.code_ptx(axpy.capture(2.0), (A[np.float64], A[np.float64]), arch=ARCH)
     )
     assert params == [".f64", ".u64", ".u64"]
+    # capture(kernel, *values) is the same as kernel.capture(*values)
+    assert type(cuda.capture(axpy, np.float32(3))) is type(inst)
+    assert cuda.capture(axpy, np.float32(3)).values == (np.float32(3),)
+    with pytest.raises(TypeError, match=r"capture takes a kernel \(from "):
+        cuda.capture(print, 1)
 
 
 def test_kernel_without_extern_c_is_found_under_its_mangled_name():

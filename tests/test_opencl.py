@@ -238,6 +238,19 @@ def test_captured_values_are_passed_on_every_launch(queue, lookups):
     hk = cl.clfunction(add_captured.capture(np.float32(10)), (F32,))
     hk(y, global_size=4)
     assert y.get().tolist() == [15, 15, 15, 15]
+    cl.launch(cl.capture(add_captured, np.float32(1)), y, global_size=4)  # the same, spelled so
+    assert y.get().tolist() == [16, 16, 16, 16]
+    assert len(lookups) == 1
+    with pytest.raises(TypeError, match=r"capture takes a kernel \(from specializer\.backends"):
+        cl.capture(np.float32(1), x)
+    other = specializer.kernels.Definitions(lambda v: np.float32)
+
+    @other.kernel
+    def add_captured_elsewhere(c: np.float32) -> str:
+        return ""
+
+    with pytest.raises(TypeError, match="defined with another back-end's @kernel"):
+        cl.capture(add_captured_elsewhere, np.float32(1))
 
 
 def test_dropped_kernel_instance_and_its_captured_array_are_collected(queue):

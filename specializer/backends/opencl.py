@@ -64,6 +64,7 @@ __all__ = [
     "LinkedKernel",
     "OpenCLBackend",
     "OpenCLSource",
+    "capture",
     "clfunction",
     "ctype",
     "default_queue",
@@ -445,6 +446,7 @@ def _work_size(size: Any, what: str) -> tuple[int, ...]:
 _definitions = Definitions(typeof, __name__)
 kernel = _definitions.kernel
 device = _definitions.device
+capture = _definitions.capture
 
 
 _specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., Any]] = {}

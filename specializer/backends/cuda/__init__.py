@@ -60,7 +60,7 @@ from ._driver import (
     synchronize,
     unavailable_reason,
 )
-from ._launch import HostKernel, code_ptx, cufunction, device, kernel, launch
+from ._launch import HostKernel, capture, code_ptx, cufunction, device, kernel, launch
 from ._types import ctype, typeof
 
 __all__ = [
@@ -77,6 +77,7 @@ __all__ = [
     "LinkedKernel",
     "Stream",
     "available",
+    "capture",
     "code_ptx",
     "ctype",
     "cufunction",

@@ -29,7 +29,7 @@ from ._compiler import LinkedKernel, compiler_config
 from ._driver import Context, current_context, current_key, local
 from ._types import typeof
 
-__all__ = ["HostKernel", "code_ptx", "cufunction", "device", "kernel", "launch"]
+__all__ = ["HostKernel", "capture", "code_ptx", "cufunction", "device", "kernel", "launch"]
 
 _definitions = Definitions(typeof, "specializer.backends.cuda")
 
@@ -41,6 +41,9 @@ kernel = _definitions.kernel
 #: ``@device`` / ``@device(callees=[...])``: define a device function (a callee); its
 #: body returns CUDA C source. Redefining it recompiles the kernels that call it.
 device = _definitions.device
+#: ``capture(kernel, *values)``: ``kernel.capture(*values)``, a kernel instance whose values
+#: are passed as leading kernel arguments on every launch.
+capture = _definitions.capture
 
 
 def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
