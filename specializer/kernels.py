@@ -16,6 +16,7 @@ import numpy as np
 
 from . import world as _world
 from .compiler import CompilerConfig, CompilerJob, compile_and_link, compile_only
+from .lookup import specialize
 from .methods import GenericFunction
 from .types import type_name
 
@@ -26,6 +27,7 @@ __all__ = [
     "DeviceFunction",
     "Kernel",
     "KernelInstance",
+    "LookupSite",
     "code_of",
     "kernel_of",
     "set_front",
@@ -242,3 +244,57 @@ class Definitions:
         if fn is None:
             return lambda f: self._define(DeviceFunction, f, callees)
         return self._define(DeviceFunction, fn, callees)
+
+
+class LookupSite:
+    """A back-end's one call site of the cached lookup, with the front entries in front of it.
+
+    ``link(F, tt, key)`` is the uncached lookup (usually ``uncached_lookup`` with the config
+    and context the key names). :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V,
+    F, tt, key)`` with ``link`` as the call site and the specialized function kept per
+    (F, tt), so a lookup does not search for it by the key's type and ``V`` too (every key is
+    a tuple). :meth:`miss` is what a launch does when ``f``'s front entry does not hold its
+    lookup. The front entry itself is checked inline by the back-end, in its own frame.
+    """
+
+    def __init__(
+        self, definitions: Definitions, V: type, link: Callable[[Any, tuple[type, ...], Any], Any]
+    ) -> None:
+        self.definitions = definitions
+        self.V = V
+        self.link = link  # looked up on every miss, so a test may wrap it
+        self._site = link.__code__
+        self._specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., Any]] = {}
+
+    def lookup(self, F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> Any:
+        """The cached lookup of (F, tt) for ``key`` in the task's world."""
+        fn = self._specialized.get((F, tt))
+        if fn is None:
+            fn = self._specialized.setdefault((F, tt), specialize(self._site, self.V, F, tt, tuple))
+
+        def lookup() -> Any:
+            return self.link(F, tt, key)
+
+        return fn(key, lookup)
+
+    def miss(
+        self,
+        f: Any,
+        tt: Any,
+        where: Any,
+        key: tuple[Any, ...],
+        host: Callable[[Any, tuple[type, ...], Any], Any] | None = None,
+    ) -> tuple[Any, Any]:
+        """The cached lookup for ``f`` (a kernel or kernel instance), then, unless ``where``
+        is ``None`` (a lookup with compiler options, which front entries do not hold), ``F``'s
+        new front entry. Returns the result, and ``host(f, tt, result)`` if ``host`` is given
+        (kept in the entry for a plain kernel)."""
+        if type(tt) is not tuple:
+            tt = tuple(tt)
+        F = self.definitions.kernel_type(f)
+        w = _world.WORLD[0]  # before the lookup: see set_front
+        result = self.lookup(F, tt, key)
+        made = None if host is None else host(f, tt, result)
+        if where is not None:
+            set_front(F, w, where, tt, result, made if F is f else None)
+        return result, made

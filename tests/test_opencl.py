@@ -33,13 +33,13 @@ def queue():
 def lookups(monkeypatch):
     """Counts the uncached lookups that run (each one a cache miss or a bypass)."""
     calls = []
-    real = cl._uncached
+    real = cl._site.link
 
     def counting(F, tt, key):
         calls.append((F, tt, key))
         return real(F, tt, key)
 
-    monkeypatch.setattr(cl, "_uncached", counting)
+    monkeypatch.setattr(cl._site, "link", counting)
     return calls
 
 

@@ -34,7 +34,7 @@ _DEMO_OPENCL_LAUNCHERS = [
 ]
 DEMO: list[tuple[str, tuple[str, ...], dict]] = [
     *(
-        ("lookup.py.j2", ("lookup", "linked", *sig, "tuple", "LinkedKernel"), {"entries": ENTRIES})
+        ("lookup.py.j2", ("lookup", "link", *sig, "tuple", "LinkedKernel"), {"entries": ENTRIES})
         for sig in _DEMO_LOOKUPS
     ),
     *(

@@ -49,11 +49,10 @@ from ..kernels import (
     SCALAR_TYPES,
     Definitions,
     Kernel,
-    set_front,
+    LookupSite,
     uncached_lookup,
     unsupported_argument,
 )
-from ..lookup import specialize
 from ..types import DeviceArray, type_name
 from ..world import WORLD as _WORLD
 
@@ -449,26 +448,13 @@ device = _definitions.device
 capture = _definitions.capture
 
 
-_specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., Any]] = {}
+def _link(F: Any, tt: tuple[type, ...], key: tuple[cl.Context, tuple[str, ...]]) -> Any:
+    """The lookup that ``cached_lookup`` wraps, with key (context, build options)."""
+    _definitions.own(F)
+    return uncached_lookup(F, tt, _config(key[1]), key[0])
 
 
-def _linked(
-    F: Any, tt: tuple[type, ...], queue: cl.CommandQueue, compiler_kwargs: dict[str, Any]
-) -> LinkedKernel:
-    """The cached lookup: ``cached_lookup(lookup, LinkedKernel, F, tt, key)`` with this
-    function as the call site and its specialized function found by (F, tt) alone (every
-    key is a tuple)."""
-    key = _key(queue)
-    if compiler_kwargs:
-        key = (key[0], _build_options(compiler_kwargs))
-    fn = _specialized.get((F, tt))
-    if fn is None:
-        fn = _specialized.setdefault((F, tt), specialize(_linked, LinkedKernel, F, tt, tuple))
-
-    def lookup() -> LinkedKernel:
-        return _uncached(F, tt, key)
-
-    return fn(key, lookup)
+_site = LookupSite(_definitions, LinkedKernel, _link)
 
 
 def _front_miss(
@@ -479,20 +465,16 @@ def _front_miss(
     linked kernel, and with ``host`` the HostKernel for ``f``."""
     if queue is None:
         queue = default_queue()
-    if type(tt) is not tuple:
-        tt = tuple(tt)
-    F = _definitions.kernel_type(f)
-    w = _WORLD[0]  # before the lookup: see set_front
-    linked = _linked(F, tt, queue, compiler_kwargs)
-    hk = HostKernel(f, tt, linked, queue) if host else None
-    if not compiler_kwargs:
-        set_front(F, w, queue, tt, linked, hk if F is f else None)
-    return linked, hk
-
-
-def _uncached(F: Any, tt: tuple[type, ...], key: tuple[cl.Context, tuple[str, ...]]) -> Any:
-    _definitions.own(F)
-    return uncached_lookup(F, tt, _config(key[1]), key[0])
+    key = _key(queue)
+    if compiler_kwargs:
+        key = (key[0], _build_options(compiler_kwargs))
+    return _site.miss(
+        f,
+        tt,
+        None if compiler_kwargs else queue,
+        key,
+        (lambda f, tt, linked: HostKernel(f, tt, linked, queue)) if host else None,
+    )
 
 
 class HostKernel:

@@ -9,7 +9,6 @@ launcher of the signature.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ...kernels import (
@@ -17,11 +16,10 @@ from ...kernels import (
     Definitions,
     Kernel,
     KernelInstance,
+    LookupSite,
     code_of,
-    set_front,
     uncached_lookup,
 )
-from ...lookup import specialize
 from ...types import type_name
 from ...world import WORLD as _WORLD
 from ._array import ARGTYPES
@@ -59,22 +57,7 @@ def _link(F: Any, tt: tuple[type, ...], key: tuple[Context, tuple[tuple[str, Any
     return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
 
 
-# The specialized cached lookup of each (F, tt) at the one call site, _lookup, as
-# ``specialize`` makes it: what ``cached_lookup`` would find on every call.
-_specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., LinkedKernel]] = {}
-
-
-def _lookup(F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> LinkedKernel:
-    """``cached_lookup(lookup, LinkedKernel, F, tt, key)`` with this function as the call site
-    and its specialized function found by (F, tt) alone (every key is a tuple)."""
-    fn = _specialized.get((F, tt))
-    if fn is None:
-        fn = _specialized.setdefault((F, tt), specialize(_lookup, LinkedKernel, F, tt, tuple))
-
-    def lookup() -> LinkedKernel:
-        return _link(F, tt, key)
-
-    return fn(key, lookup)
+_site = LookupSite(_definitions, LinkedKernel, _link)
 
 
 def _front_miss(
@@ -83,18 +66,11 @@ def _front_miss(
     """What ``launch`` and ``cufunction`` do when ``f``'s front entry does not hold their
     lookup: the cached lookup, then (without compiler kwargs) a new front entry. Returns the
     linked kernel, and with ``host`` the HostKernel for ``f``."""
-    if type(tt) is not tuple:
-        tt = tuple(tt)
-    F = _definitions.kernel_type(f)
-    w = _WORLD[0]  # before the lookup: see set_front
     if compiler_kwargs:
-        linked = _lookup(F, tt, (key[0], _kwkey(compiler_kwargs)))
-    else:
-        linked = _lookup(F, tt, key)
-    hk = HostKernel(f, tt, linked) if host else None
-    if not compiler_kwargs:
-        set_front(F, w, key, tt, linked, hk if F is f else None)
-    return linked, hk
+        return _site.miss(
+            f, tt, None, (key[0], _kwkey(compiler_kwargs)), HostKernel if host else None
+        )
+    return _site.miss(f, tt, key, key, HostKernel if host else None)
 
 
 def _argtypes(args: tuple[Any, ...]) -> tuple[type, ...]:
