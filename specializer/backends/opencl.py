@@ -10,7 +10,8 @@ The counterpart of KernelAbstractions' POCL back-end, over the core's interface:
   :class:`LinkedKernel`, which the core caches per (compiled code, context).
 - ``clfunction(f, tt)`` wraps that lookup in ``cached_lookup`` with key (context, build options)
   and returns a :class:`HostKernel`; ``launch(f, *args, ...)`` is ``typeof`` of each argument,
-  the same cached lookup, then the launcher.
+  the same cached lookup, then the launcher. Both first check ``f``'s front entry (its newest
+  lookup, see :func:`specializer.kernels.set_front`) in their own frame: a hit calls nothing.
 
 Design notes on the launch path. pyopencl's ``Kernel.__call__`` sets each argument with
 ``Kernel.set_arg``, which tries five casts before it takes a numpy scalar as raw bytes, and each

@@ -4,7 +4,8 @@
 world, the compiled-code cache, the load into the context) wrapped in
 ``cached_lookup`` with key (current context, compiler kwargs). ``launch`` is the
 ``@cuda`` analog: ``typeof`` of each argument, that lookup, then the generated
-launcher of the signature.
+launcher of the signature. Both first check ``f``'s front entry (its newest lookup,
+see :func:`specializer.kernels.set_front`) in their own frame: a hit calls nothing.
 """
 
 from __future__ import annotations
