@@ -521,3 +521,65 @@ def test_definition_by_another_thread_during_a_miss_is_never_filed_under_the_old
     assert same is r and len(calls) == 1  # a task in world w hits that entry
     newer = site_with_a_definition_meanwhile(F, gf, "k", lambda: None, calls)
     assert newer == (w + 1, "k", defined[0]) and len(calls) == 2
+
+
+def test_a_slow_build_holds_up_only_lookups_of_its_own_kernel():
+    # A real back-end (pybackend's) whose link of one kernel blocks until released: while it
+    # builds, another thread's miss of another kernel compiles and links, and a third
+    # thread's lookup of the same kernel waits, then reuses that one build.
+    from pybackend import PyBackend
+    from pybackend import typeof as py_typeof
+
+    from specializer import CompilerConfig, compile_count
+    from specializer.kernels import Definitions, uncached_lookup
+
+    class GatedBackend(PyBackend):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered, self.gate = threading.Event(), threading.Event()
+
+        def link(self, job, artifact, context):
+            if job.name == "gated_slow":
+                self.entered.set()
+                if not self.gate.wait(JOIN_S):
+                    raise RuntimeError("the gate was never opened")
+            return super().link(job, artifact, context)
+
+    backend = GatedBackend()
+    config = CompilerConfig(backend)
+    defs = Definitions(py_typeof)
+
+    @defs.kernel
+    def gated_slow(x: np.int64) -> str:
+        return "def gated_slow(x):\n    return x + 1\n"
+
+    @defs.kernel
+    def gated_fast(x: np.int64) -> str:
+        return "def gated_fast(x):\n    return x + 2\n"
+
+    results: dict[str, object] = {}
+    failures = Failures()
+    compiles = compile_count()
+
+    def lookup_into(name, F):
+        def body() -> None:
+            results[name] = uncached_lookup(F, (np.int64,), config, "ctx")(1)
+
+        return body
+
+    slow = start(lookup_into("slow", gated_slow), failures=failures)
+    assert backend.entered.wait(JOIN_S), "the slow build never started"
+    slow_again = start(lookup_into("slow again", gated_slow), failures=failures)
+    fast = start(lookup_into("fast", gated_fast), failures=failures)
+    try:
+        fast[0].join(5.0)
+        assert not fast[0].is_alive(), "another kernel's lookup waited for the slow build"
+        assert results == {"fast": 3}
+        assert slow_again[0].is_alive()  # the same kernel's lookup waits for its build
+    finally:
+        backend.gate.set()
+        join(slow + slow_again + fast)
+    failures.check()
+    assert results == {"fast": 3, "slow": 2, "slow again": 2}
+    assert backend.links == 2  # each kernel linked once in "ctx"
+    assert compile_count() - compiles == 2
