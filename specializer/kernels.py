@@ -224,7 +224,11 @@ class Definitions:
             return f
         if isinstance(f, KernelInstance):
             return f.__class__
-        raise TypeError(
+        raise self.not_a_kernel(f)
+
+    def not_a_kernel(self, f: Any) -> TypeError:
+        """The error for launching ``f``, which is neither a kernel nor a kernel instance."""
+        return TypeError(
             f"expected a kernel or a kernel instance, got {f!r}: define kernels with "
             f"{self.module}.kernel, and kernel instances with kernel.capture(...)"
         )
@@ -288,13 +292,22 @@ class LookupSite:
         """The cached lookup for ``f`` (a kernel or kernel instance), then, unless ``where``
         is ``None`` (a lookup with compiler options, which front entries do not hold), ``F``'s
         new front entry. Returns the result, and ``host(f, tt, result)`` if ``host`` is given
-        (kept in the entry for a plain kernel)."""
+        (kept in the entry for a plain kernel, and reused while ``where``, ``tt`` and the
+        result stay the same)."""
         if type(tt) is not tuple:
             tt = tuple(tt)
         F = self.definitions.kernel_type(f)
         w = _world.WORLD[0]  # before the lookup: see set_front
         result = self.lookup(F, tt, key)
-        made = None if host is None else host(f, tt, result)
-        if where is not None:
+        made = None
+        if F is f:  # a plain kernel: keep its host while the lookup's result is the same
+            _, old_where, old_tt, old_result, made = F.front
+            if not (old_result is result and old_where is where and old_tt == tt):
+                made = None
+        if made is None and host is not None:
+            made = host(f, tt, result)
+        # Publish only what this world's lookup found: not while a pin, a hook or precompile
+        # mode came up during it (nothing may be remembered then), nor after the world rose.
+        if where is not None and _world.WORLD[0] is w:
             set_front(F, w, where, tt, result, made if F is f else None)
         return result, made

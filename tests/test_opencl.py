@@ -470,6 +470,69 @@ def test_clfunction_and_launch_of_what_is_not_a_kernel_say_what_is_expected(queu
     with pytest.raises(TypeError, match=r"expected a kernel or a kernel instance, got 'acc'"):
         cl.launch("acc", global_size=1)
 
+    class Fronted:  # something else with a front attribute
+        front = "not an entry"
+
+    with pytest.raises(TypeError, match=r"expected a kernel or a kernel instance, got <"):
+        cl.clfunction(Fronted(), ())
+    # A kernel instance's type is F, but not something to launch, also once it has an entry.
+    x = zeros(queue, 4)
+    instance = add_value.capture()
+    cl.launch(instance, x, np.float32(1), global_size=4)
+    with pytest.raises(TypeError, match=r"expected a kernel or a kernel instance, got <class"):
+        cl.clfunction(type(instance), (F32, np.float32))
+    with pytest.raises(TypeError, match=r"expected a kernel or a kernel instance, got <class"):
+        cl.launch(type(instance), x, np.float32(1), global_size=4)
+    assert x.get().tolist() == [1, 1, 1, 1]
+
+
+def test_clfunction_keeps_its_host_kernel_across_unrelated_definitions(queue, lookups):
+    @cl.kernel
+    def kept_host(x: F32) -> str:
+        return "__kernel void kept_host(__global float *x) { x[get_global_id(0)] = 1.0f; }"
+
+    first = cl.clfunction(kept_host, (F32,))
+    specializer.bump()  # a world later, the same code: the lookup runs, the HostKernel stays
+    assert cl.clfunction(kept_host, (F32,)) is first
+    assert cl.clfunction(kept_host, [F32]) is first  # tt as a list: looked up, the same result
+    x = zeros(queue, 4)
+    cl.launch(kept_host, x, global_size=4)
+    specializer.bump()
+    cl.launch(kept_host, x, global_size=4)  # a launch's new entry keeps the HostKernel too
+    assert cl.clfunction(kept_host, (F32,)) is first
+    q2 = pyopencl.CommandQueue(queue.context)
+    assert cl.clfunction(kept_host, (F32,), q2) is not first  # another queue: its own
+    assert x.get().tolist() == [1, 1, 1, 1]
+
+
+def test_a_lookup_during_which_precompile_mode_came_on_is_not_remembered(queue, lookups):
+    started, go = threading.Event(), threading.Event()
+
+    @cl.kernel
+    def slow_lookup(x: F32) -> str:
+        started.set()  # the lookup is compiling: precompile mode comes on meanwhile
+        assert go.wait(10)
+        return "__kernel void slow_lookup(__global float *x) { x[get_global_id(0)] = 1.0f; }"
+
+    results = []
+    t = threading.Thread(target=lambda: results.append(cl.clfunction(slow_lookup, (F32,))))
+    t.start()
+    try:
+        assert started.wait(10)
+        specializer.precompile_output(True)
+    finally:
+        go.set()
+        t.join(10)
+    specializer.precompile_output(False)
+    assert results and not t.is_alive()
+    n = len(lookups)
+    cl.clfunction(slow_lookup, (F32,))  # nothing was remembered: the lookup runs again
+    assert len(lookups) == n + 1
+    x = zeros(queue, 4)
+    cl.clfunction(slow_lookup, (F32,))(x, global_size=4)
+    assert len(lookups) == n + 1  # and is remembered now
+    assert x.get().tolist() == [1, 1, 1, 1]
+
 
 def test_host_kernel_refuses_a_queue_of_another_context(queue):
     q2 = pyopencl.CommandQueue(pyopencl.Context([queue.device]))

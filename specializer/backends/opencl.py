@@ -50,6 +50,7 @@ from ..kernels import (
     SCALAR_TYPES,
     Definitions,
     Kernel,
+    KernelInstance,
     LookupSite,
     uncached_lookup,
     unsupported_argument,
@@ -559,12 +560,12 @@ def clfunction(
     # The front entry: the newest lookup of f (see kernels.set_front), checked here inline.
     try:
         w, q, t, linked, hk = f.front
-    except AttributeError:  # not a kernel: _front_miss says so
+    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
         w, q, t, linked, hk = NO_FRONT
     if w is _WORLD[0] and q is queue and (t is tt or t == tt) and not compiler_kwargs:
         if hk is not None:
             return hk
-        if type(f) is not Kernel:  # a kernel instance: the live f with the cached result
+        if isinstance(f, KernelInstance):  # the live f with the cached result
             return HostKernel(f, t, linked, q)
     return _front_miss(f, tt, queue, compiler_kwargs, True)[1]
 
@@ -589,13 +590,18 @@ def launch(
     tt = tuple(map(typeof, args))
     try:
         w, q, t, linked, _ = f.front  # f's newest lookup (see kernels.set_front), checked inline
-    except AttributeError:  # not a kernel: _front_miss says so
+    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
         w, q, t, linked, _ = NO_FRONT
     if not (w is _WORLD[0] and q is queue and t == tt) or compiler_kwargs:
         if queue is None:
             queue = default_queue()
         linked = _front_miss(f, tt, queue, compiler_kwargs, False)[0]
-    params = args if type(f) is Kernel else f.values + args
+    if type(f) is Kernel:
+        params = args
+    elif isinstance(f, KernelInstance):
+        params = f.values + args
+    else:  # a kernel instance's type has its front entry too, but is not a kernel
+        raise _definitions.not_a_kernel(f)
     if type(global_size) is not tuple:
         global_size = _work_size(global_size, "global_size")
     if local_size is not None and type(local_size) is not tuple:

@@ -122,12 +122,12 @@ def cufunction(
     # The front entry: the newest lookup of f (see kernels.set_front), checked here inline.
     try:
         w, k, t, linked, hk = f.front
-    except AttributeError:  # not a kernel: _front_miss says so
+    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
         w, k, t, linked, hk = NO_FRONT
     if w is _WORLD[0] and k is key and (t is tt or t == tt) and not compiler_kwargs:
         if hk is not None:
             return hk
-        if f.__class__ is not Kernel:  # a kernel instance: the live f with the cached result
+        if isinstance(f, KernelInstance):  # the live f with the cached result
             return HostKernel(f, t, linked)
     return _front_miss(f, tt, key, compiler_kwargs, True)[1]
 
@@ -150,13 +150,17 @@ def launch(
     key = local.key or current_key()
     try:
         w, k, t, fun, _ = f.front  # f's newest lookup (see kernels.set_front), checked inline
-    except AttributeError:  # not a kernel: _front_miss says so
+    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
         w, k, t, fun, _ = NO_FRONT
     if not (w is _WORLD[0] and k is key and t == tt) or compiler_kwargs:
         fun = _front_miss(f, tt, key, compiler_kwargs, False)[0]
-    fun.launch(
-        fun, grid, block, shared_mem, stream, args if f.__class__ is Kernel else f.values + args
-    )
+    if f.__class__ is Kernel:
+        params = args
+    elif isinstance(f, KernelInstance):
+        params = f.values + args
+    else:  # a kernel instance's type has its front entry too, but is not a kernel
+        raise _definitions.not_a_kernel(f)
+    fun.launch(fun, grid, block, shared_mem, stream, params)
 
 
 def code_ptx(
