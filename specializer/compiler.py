@@ -154,22 +154,13 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-class _Slot:
-    """The code instances of one (method instance, config), and the lock under which that
-    job compiles and links: in one thread at a time, so it compiles once and links once per
-    context, while other jobs go on."""
-
-    __slots__ = ("instances", "lock")
-
-    def __init__(self) -> None:
-        self.instances: list[CodeInstance] = []
-        self.lock = threading.RLock()
-
-
-_cache: dict[tuple[MethodInstance, CompilerConfig], _Slot] = {}
-# Guards adding slots and the compile count: held only for those lines, never while compiling,
+_cache: dict[tuple[MethodInstance, CompilerConfig], list[CodeInstance]] = {}
+# Guards _cache and the compile count; held only for those few lines, never while compiling,
 # linking or running a hook, so a slow build holds up only lookups of its own job.
 _cache_lock = threading.RLock()
+# One lock per (method instance, config): a job compiles and links in one thread at a time,
+# so it compiles once and links once per context, while other jobs go on.
+_job_locks: dict[tuple[MethodInstance, CompilerConfig], threading.RLock] = {}
 _compiles = 0
 _hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
 
@@ -179,13 +170,13 @@ def compile_count() -> int:
     return _compiles
 
 
-def _slot(job: CompilerJob) -> _Slot:
+def _job_lock(job: CompilerJob) -> threading.RLock:
     key = (job.mi, job.config)
-    slot = _cache.get(key)
-    if slot is None:
+    lock = _job_locks.get(key)
+    if lock is None:
         with _cache_lock:
-            slot = _cache.setdefault(key, _Slot())
-    return slot
+            lock = _job_locks.setdefault(key, threading.RLock())
+    return lock
 
 
 def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, ...], Method]]:
@@ -225,10 +216,7 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction
 
 
 def _store(
-    slot: _Slot,
-    job: CompilerJob,
-    ci: CodeInstance,
-    deps: list[tuple[GenericFunction, tuple, Method]],
+    job: CompilerJob, ci: CodeInstance, deps: list[tuple[GenericFunction, tuple, Method]]
 ) -> None:
     """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used."""
     with _world.lock():
@@ -239,14 +227,15 @@ def _store(
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.invalidate(job.world)
-    slot.instances.append(ci)
+    with _cache_lock:
+        _cache.setdefault((job.mi, job.config), []).append(ci)
 
 
-def _find(slot: _Slot, world: int) -> CodeInstance | None:
-    # Only a thread holding the slot's lock appends to it, so no store races this read.
-    for ci in slot.instances:
-        if ci.valid(world):
-            return ci
+def _find(job: CompilerJob) -> CodeInstance | None:
+    with _cache_lock:
+        for ci in _cache.get((job.mi, job.config), ()):
+            if ci.valid(job.world):
+                return ci
     return None
 
 
@@ -258,10 +247,9 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     Each (method instance, config) compiles and links under a lock of its own: a thread
     building one kernel delays only other threads that need the same one.
     """
-    slot = _slot(job)
-    with slot.lock:
+    with _job_lock(job):
         deps = None
-        ci = _find(slot, job.world)
+        ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
         for hook in _hooks:
@@ -271,19 +259,18 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
             linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
             ci.linked[context] = linked
         if deps is not None:
-            _store(slot, job, ci, deps)
+            _store(job, ci, deps)
     return ci, linked
 
 
 def compile_only(job: CompilerJob) -> CodeInstance:
     """The code instance valid in ``job.world``, compiled and kept on a miss, linked nowhere:
     the reflection entry (a back-end's ``code_ptx``). Compile hooks see it."""
-    slot = _slot(job)
-    with slot.lock:
-        ci = _find(slot, job.world)
+    with _job_lock(job):
+        ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
-            _store(slot, job, ci, deps)
+            _store(job, ci, deps)
         for hook in _hooks:
             hook(job, ci.artifact)
     return ci
