@@ -155,12 +155,7 @@ class CodeInstance:
 
 
 _cache: dict[tuple[MethodInstance, CompilerConfig], list[CodeInstance]] = {}
-# Guards _cache and the compile count; held only for those few lines, never while compiling,
-# linking or running a hook, so a slow build holds up only lookups of its own job.
 _cache_lock = threading.RLock()
-# One lock per (method instance, config): a job compiles and links in one thread at a time,
-# so it compiles once and links once per context, while other jobs go on.
-_job_locks: dict[tuple[MethodInstance, CompilerConfig], threading.RLock] = {}
 _compiles = 0
 _hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
 
@@ -168,15 +163,6 @@ _hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
 def compile_count() -> int:
     """How many compilations have run in this process."""
     return _compiles
-
-
-def _job_lock(job: CompilerJob) -> threading.RLock:
-    key = (job.mi, job.config)
-    lock = _job_locks.get(key)
-    if lock is None:
-        with _cache_lock:
-            lock = _job_locks.setdefault(key, threading.RLock())
-    return lock
 
 
 def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, ...], Method]]:
@@ -210,8 +196,7 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction
     with _world.lock():
         deps = _dependencies(job)
     artifact = job.config.backend.compile(job)  # raises: nothing is stored
-    with _cache_lock:
-        _compiles += 1
+    _compiles += 1
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
 
 
@@ -227,27 +212,21 @@ def _store(
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.invalidate(job.world)
-    with _cache_lock:
-        _cache.setdefault((job.mi, job.config), []).append(ci)
+    _cache.setdefault((job.mi, job.config), []).append(ci)
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:
-    with _cache_lock:
-        for ci in _cache.get((job.mi, job.config), ()):
-            if ci.valid(job.world):
-                return ci
+    for ci in _cache.get((job.mi, job.config), ()):
+        if ci.valid(job.world):
+            return ci
     return None
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
     """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
     and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
-    Code that fails to compile or to link is not kept.
-
-    Each (method instance, config) compiles and links under a lock of its own: a thread
-    building one kernel delays only other threads that need the same one.
-    """
-    with _job_lock(job):
+    Code that fails to compile or to link is not kept."""
+    with _cache_lock:
         deps = None
         ci = _find(job)
         if ci is None:
@@ -266,7 +245,7 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
 def compile_only(job: CompilerJob) -> CodeInstance:
     """The code instance valid in ``job.world``, compiled and kept on a miss, linked nowhere:
     the reflection entry (a back-end's ``code_ptx``). Compile hooks see it."""
-    with _job_lock(job):
+    with _cache_lock:
         ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
@@ -279,10 +258,7 @@ def compile_only(job: CompilerJob) -> CodeInstance:
 @contextmanager
 def device_code(callback: Callable[[CompilerJob, Artifact], Any]) -> Iterator[None]:
     """Call ``callback(job, artifact)`` for every kernel looked up inside the block, also ones
-    compiled before it. While any hook is active, cached lookups neither hit nor store.
-
-    Hooks are process-wide, and lookups of different kernels in different threads may call
-    them at the same time."""
+    compiled before it. While any hook is active, cached lookups neither hit nor store."""
     global _hooks
     with _cache_lock:
         _hooks = (*_hooks, callback)
