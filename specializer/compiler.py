@@ -225,7 +225,12 @@ def _find(job: CompilerJob) -> CodeInstance | None:
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
     """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
     and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
-    Code that fails to compile or to link is not kept."""
+    Code that fails to compile or to link is not kept.
+
+    One re-entrant lock covers the whole cache, like CUDA.jl's ``cufunction_lock``: compiles,
+    links and hooks run one at a time, so back-ends and hooks need not be thread-safe, and a
+    hook or method body may itself look kernels up. A slow build therefore holds up other
+    threads' misses, never their ``cached_lookup`` hits, which take no lock."""
     with _cache_lock:
         deps = None
         ci = _find(job)

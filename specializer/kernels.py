@@ -79,9 +79,9 @@ def set_front(
     that world or a newer one; if newer, ``w`` is no longer the latest world and never will be
     again, so the entry can never hit. ``None`` (a task pinned, a compile hook or precompile
     mode active) publishes nothing: those lookups must not be remembered. (:meth:`LookupSite.miss`
-    also publishes only if ``WORLD[0]`` is still ``w`` after the lookup, so nothing found while
-    one of those came up is remembered either.) The entry is one tuple, replaced whole: a thread
-    reads the old one or the new one, never a mix.
+    also publishes only if ``WORLD[0]`` is still ``w`` after the lookup, so nothing is
+    remembered when one of those is on by the time the lookup returns either.) The entry is
+    one tuple, replaced whole: a thread reads the old one or the new one, never a mix.
     """
     if w is not None:
         F.front = (w, where, tt, result, host)
