@@ -521,3 +521,59 @@ def test_definition_by_another_thread_during_a_miss_is_never_filed_under_the_old
     assert same is r and len(calls) == 1  # a task in world w hits that entry
     newer = site_with_a_definition_meanwhile(F, gf, "k", lambda: None, calls)
     assert newer == (w + 1, "k", defined[0]) and len(calls) == 2
+
+
+def test_compile_hooks_in_several_threads_may_look_kernels_up_themselves():
+    # A hook that also compiles the kernel for another config (say, code for a second device),
+    # called from two threads at once: the cache's one re-entrant lock lets both finish; locks
+    # per job would deadlock here, each thread holding one job and waiting for the other's.
+    from pybackend import PyBackend
+    from pybackend import typeof as py_typeof
+
+    from specializer import CompilerConfig, compile_count
+    from specializer.compiler import device_code
+    from specializer.kernels import Definitions, code_of, uncached_lookup
+
+    backend = PyBackend()
+    c1, c2 = CompilerConfig(backend, ("one",)), CompilerConfig(backend, ("two",))
+    other = {c1: c2, c2: c1}
+    defs = Definitions(py_typeof)
+
+    @defs.kernel
+    def hooked(x: np.int64) -> str:
+        return "def hooked(x):\n    return x + 1\n"
+
+    inside = threading.local()
+    barrier = threading.Barrier(2)
+    seen: list[object] = []
+
+    def hook(job, artifact) -> None:
+        seen.append(job.config)
+        if getattr(inside, "hook", False):
+            return
+        inside.hook = True
+        try:
+            try:
+                barrier.wait(0.2)  # both threads in their hooks, if the cache allowed it
+            except threading.BrokenBarrierError:
+                pass
+            code_of(hooked, job.mi.tt, other[job.config])
+        finally:
+            inside.hook = False
+
+    results: dict[object, int] = {}
+    failures = Failures()
+    before = compile_count()
+
+    def lookup_in(config):
+        def body() -> None:
+            results[config] = uncached_lookup(hooked, (np.int64,), config, "ctx")(1)
+
+        return body
+
+    with device_code(hook):
+        join(start(lookup_in(c1), lookup_in(c2), failures=failures))
+    failures.check()
+    assert results == {c1: 2, c2: 2}
+    assert compile_count() - before == 2  # each config compiled once
+    assert seen.count(c1) == 2 and seen.count(c2) == 2
