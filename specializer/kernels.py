@@ -308,8 +308,8 @@ class LookupSite:
                 made = None
         if made is None and host is not None:
             made = host(f, tt, result)
-        # Publish only what this world's lookup found: not while a pin, a hook or precompile
-        # mode came up during it (nothing may be remembered then), nor after the world rose.
+        # Publish only if WORLD[0] is still w: not when a pin, a hook or precompile mode is on
+        # by now (nothing may be remembered then), nor when the world rose during the lookup.
         if where is not None and _world.WORLD[0] is w:
             set_front(F, w, where, tt, result, made if F is f else None)
         return result, made

@@ -67,11 +67,10 @@ def _front_miss(
     """What ``launch`` and ``cufunction`` do when ``f``'s front entry does not hold their
     lookup: the cached lookup, then (without compiler kwargs) a new front entry. Returns the
     linked kernel, and with ``host`` the HostKernel for ``f``."""
+    make = HostKernel if host else None
     if compiler_kwargs:
-        return _site.miss(
-            f, tt, None, (key[0], _kwkey(compiler_kwargs)), HostKernel if host else None
-        )
-    return _site.miss(f, tt, key, key, HostKernel if host else None)
+        return _site.miss(f, tt, None, (key[0], _kwkey(compiler_kwargs)), make)
+    return _site.miss(f, tt, key, key, make)
 
 
 def _argtypes(args: tuple[Any, ...]) -> tuple[type, ...]:
