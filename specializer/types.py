@@ -15,7 +15,15 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["DeviceArray", "is_subtype", "type_name"]
+__all__ = [
+    "WEAK",
+    "DeviceArray",
+    "Weak",
+    "WeakScalar",
+    "is_subtype",
+    "resolve_weak",
+    "type_name",
+]
 
 _intern_lock = threading.RLock()
 
@@ -89,6 +97,75 @@ def _dtype_property(cls: type) -> np.dtype | None:
 _ArrayMeta.dtype = property(_dtype_property)  # type: ignore[attr-defined]
 
 
+class _WeakMeta(type):
+    """Metaclass of the weak scalar types: ``Weak[int]`` is the one for Python ``int``."""
+
+    def __getitem__(cls, pytype: type) -> type[WeakScalar]:
+        try:
+            return WEAK[pytype]
+        except (KeyError, TypeError):
+            raise TypeError(f"Weak[...] takes int, float or bool, got {pytype!r}") from None
+
+    def __repr__(cls) -> str:
+        return cls.__name__
+
+
+class WeakScalar(metaclass=_WeakMeta):
+    """The argument type of a Python ``int``, ``float`` or ``bool``: a scalar with no width of
+    its own (numpy's NEP 50 treats Python scalars the same way).
+
+    It dispatches as :attr:`default` (``np.int64``, ``np.float64``, ``np.bool_``) where an
+    applicable method takes that type (or an abstract type above it) for the parameter;
+    otherwise it takes the concrete type of :attr:`family` that the most specific applicable
+    method declares there. The value is converted to that type on every launch, with a range
+    check. Never instantiated: it is a type to dispatch on.
+    """
+
+    #: the Python type whose values have this argument type
+    pytype: ClassVar[type]
+    #: what it dispatches as where a method takes it (or an abstract type above it)
+    default: ClassVar[type[np.generic]]
+    #: the numpy types whose concrete members it may take when declared
+    family: ClassVar[type[np.generic]]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> WeakScalar:
+        raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
+
+
+_CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
+
+
+def _weak(pytype: type, default: type[np.generic], family: type[np.generic]) -> type[WeakScalar]:
+    ns = {"pytype": pytype, "default": default, "family": family, "__module__": __name__}
+    return _WeakMeta(f"Weak[{pytype.__name__}]", (WeakScalar,), ns)
+
+
+#: Python scalar type -> its weak argument type.
+WEAK: dict[type, type[WeakScalar]] = {
+    int: _weak(int, np.int64, np.integer),
+    float: _weak(float, np.float64, np.floating),
+    bool: _weak(bool, np.bool_, np.bool_),
+}
+Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
+
+
+def resolve_weak(t: type, declared: type) -> type:
+    """The concrete argument type that a value of argument type ``t`` takes for a parameter
+    declared ``declared``: ``t`` itself unless ``t`` is weak; for a weak type, ``declared`` if
+    that is a concrete member of its family, else its default (``np.int64``, ...)."""
+    if not (isinstance(t, type) and issubclass(t, WeakScalar)):
+        return t
+    if (
+        isinstance(declared, type)
+        and issubclass(declared, t.family)
+        and declared in _CONCRETE_SCALARS
+        and declared is not t.default
+        and not issubclass(t.default, declared)
+    ):
+        return declared
+    return t.default
+
+
 def is_subtype(a: type, b: type) -> bool:
     """``a <: b`` for kernel argument types."""
     return issubclass(a, b)
@@ -97,7 +174,7 @@ def is_subtype(a: type, b: type) -> bool:
 def type_name(t: Any) -> str:
     """A short readable name for a type in messages: ``np.float32``, ``Array[np.float32]``."""
     if isinstance(t, type):
-        if isinstance(t, _ArrayMeta):
+        if isinstance(t, (_ArrayMeta, _WeakMeta)):
             return t.__name__
         if t.__module__ == "numpy":
             return f"np.{t.__name__}"
