@@ -75,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
     args = p.parse_args(argv)
+    from specializer.precompile import PrecompileOutputError, refuse_write
+
+    if not args.check:  # refused in precompile-output mode before anything is touched
+        try:
+            refuse_write(OUT)
+        except PrecompileOutputError as e:
+            print(f"regen_generated: nothing changed: {e}", file=sys.stderr)
+            return 1
     files = render_all()
     stale = sorted(set(f.name for f in OUT.glob("*.py")) - set(files))
     differ = sorted(
