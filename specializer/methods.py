@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from . import world as _world
-from .types import is_subtype, type_name
+from .types import WeakScalar, is_subtype, resolve_weak, type_name
 
 __all__ = [
     "AmbiguityError",
@@ -41,8 +41,30 @@ class AmbiguityError(MethodError):
     """Two or more applicable methods are equally specific."""
 
 
+_WEAK_META = type(WeakScalar)
+
+
+def _is_weak(t: object) -> bool:
+    """Whether ``t`` is a weak scalar type (``Weak[int]``, ``Weak[float]``, ``Weak[bool]``)."""
+    return type(t) is _WEAK_META and t is not WeakScalar
+
+
+def _has_weak(tt: tuple[type, ...]) -> bool:
+    return any(type(t) is _WEAK_META for t in tt)
+
+
+def _defaults(tt: tuple[type, ...]) -> tuple[type, ...]:
+    """``tt`` with each weak type taken as its default (``np.int64``, ...)."""
+    return tuple(t.default if _is_weak(t) else t for t in tt)
+
+
+def _tname(t: type) -> str:
+    """A type's name in messages; a weak type is named as the Python type it stands for."""
+    return t.pytype.__name__ if _is_weak(t) else type_name(t)
+
+
 def _sig_str(name: str, sig: Sequence[type]) -> str:
-    return f"{name}({', '.join(type_name(t) for t in sig)})"
+    return f"{name}({', '.join(_tname(t) for t in sig)})"
 
 
 def _range_str(lo: int, hi: int) -> str:
@@ -83,8 +105,21 @@ class Method:
         return self.min_world <= world <= self.max_world
 
     def applies(self, tt: tuple[type, ...]) -> bool:
+        """Whether this method takes ``tt`` (concrete types: no weak ones)."""
         sig = self.signature
         return len(sig) == len(tt) and all(is_subtype(a, s) for a, s in zip(tt, sig))
+
+    def applies_weak(self, tt: tuple[type, ...]) -> bool:
+        """Whether this method takes ``tt`` when each weak type in it may also take the
+        concrete member of its family that the method declares there (SPEC 8)."""
+        sig = self.signature
+        return len(sig) == len(tt) and all(
+            is_subtype(resolve_weak(a, s), s) for a, s in zip(tt, sig)
+        )
+
+    def resolve(self, tt: tuple[type, ...]) -> tuple[type, ...]:
+        """``tt`` with each weak type replaced by the concrete type it takes here."""
+        return tuple(resolve_weak(a, s) for a, s in zip(tt, self.signature))
 
     def specialize(self, tt: tuple[type, ...]) -> MethodInstance:
         """The (interned) method instance of this method for the concrete ``tt``."""
@@ -256,7 +291,23 @@ class GenericFunction:
         return [m for m in self._methods if m.visible(w)]
 
     def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
-        cands = [m for m in self._methods if m.visible(world) and m.applies(tt)]
+        visible = [m for m in self._methods if m.visible(world)]
+        return self._select(tt, visible, world)
+
+    def _select(self, tt: tuple[type, ...], visible: Sequence[Method], world: int) -> Method:
+        """The most specific of the ``visible`` methods that take ``tt``.
+
+        A weak type takes its default first (``Weak[int]`` as ``np.int64``): if a method
+        applies so, the most specific of those wins. Otherwise it may take the concrete type
+        of its family that a method declares there, and the most specific such method wins.
+        """
+        if _has_weak(tt):
+            d = _defaults(tt)
+            cands = [m for m in visible if m.applies(d)]
+            if not cands:
+                cands = [m for m in visible if m.applies_weak(tt)]
+        else:
+            cands = [m for m in visible if m.applies(tt)]
         if len(cands) == 1:
             return cands[0]
         best = [
@@ -267,11 +318,10 @@ class GenericFunction:
         if len(best) == 1:
             return best[0]
         if not cands:
-            visible = [m for m in self._methods if m.visible(world)]
             listing = "; ".join(_sig_str(self.name, m.signature) for m in visible) or "none"
             raise MethodError(
                 f"no method of {self.name} matches {_sig_str(self.name, tt)} in world {world}; "
-                f"methods visible there: {listing}"
+                f"methods visible there: {listing}{_weak_hint(tt)}"
             )
         minimal = [
             m
@@ -288,7 +338,8 @@ class GenericFunction:
         """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``."""
         _check_tt(self.name, tt)
         w = _world.current() if world is None else world
-        return self._dispatch(tt, w).specialize(tt)
+        m = self._dispatch(tt, w)
+        return m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
 
     # -- backedges -----------------------------------------------------------------------
 
@@ -314,6 +365,22 @@ class GenericFunction:
                 else:
                     edge.invalidate(new_world - 1)
             self._backedges = kept
+
+
+def _weak_hint(tt: tuple[type, ...]) -> str:
+    kinds = {t: None for t in tt if _is_weak(t)}
+    if not kinds:
+        return ""
+    said = "; ".join(
+        f"a Python {t.pytype.__name__} takes a parameter declared {type_name(t.default)}"
+        + (
+            " or a type above it"
+            if t.family is t.default
+            else f", a type above it, or a concrete {type_name(t.family)} type"
+        )
+        for t in kinds
+    )
+    return f" ({said})"
 
 
 def _more_specific(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
