@@ -18,6 +18,7 @@ import numpy as np
 __all__ = [
     "WEAK",
     "DeviceArray",
+    "Struct",
     "Weak",
     "WeakScalar",
     "is_subtype",
@@ -39,12 +40,31 @@ def _scalar_type(t: Any) -> type[np.generic]:
     )
 
 
+def _whole_dtype(t: Any) -> np.dtype | None:
+    """``t`` as a dtype where the scalar type alone would lose what it is: a structured or
+    other void dtype (its fields and layout). ``None`` for a dtype its scalar type names."""
+    if not isinstance(t, np.dtype):
+        return None
+    if t.byteorder not in ("=", "|") and t.isnative is False:
+        raise ValueError(
+            f"dtype {t} has non-native byte order: kernels read native-order values "
+            "(convert with arr.astype(arr.dtype.newbyteorder('='))"
+        )
+    if t.kind == "V":
+        return t
+    return None
+
+
 class _ArrayMeta(type):
-    """Metaclass of array families: ``Family[T]`` returns the interned class for T."""
+    """Metaclass of array families: ``Family[T]`` returns the interned class for T.
+
+    ``T`` is a numpy scalar type or dtype. A structured (or other void) dtype is kept whole, so
+    two struct layouts are two types, both below ``Family[np.void]``."""
 
     def __getitem__(cls, eltype: Any) -> type[DeviceArray]:
         family = cls._family_root
-        t = _scalar_type(eltype)
+        whole = _whole_dtype(eltype)
+        t = whole if whole is not None else _scalar_type(eltype)
         cached = family._interned.get(t)
         if cached is not None:
             return cached
@@ -52,10 +72,18 @@ class _ArrayMeta(type):
             cached = family._interned.get(t)
             if cached is not None:
                 return cached
-            parents = [b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)]
-            bases = tuple(family[b] for b in parents) or (family,)
-            name = f"{family.__name__}[{type_name(t)}]"
-            cls_ = _ArrayMeta(name, bases, {"eltype": t, "__module__": family.__module__})
+            if whole is not None:
+                bases: tuple[type, ...] = (family[np.void],)
+                ns = {"eltype": whole.type, "_whole": whole, "__module__": family.__module__}
+                name = f"{family.__name__}[{whole}]"
+            else:
+                parents = [
+                    b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)
+                ]
+                bases = tuple(family[b] for b in parents) or (family,)
+                ns = {"eltype": t, "__module__": family.__module__}
+                name = f"{family.__name__}[{type_name(t)}]"
+            cls_ = _ArrayMeta(name, bases, ns)
             family._interned[t] = cls_
             return cls_
 
@@ -81,8 +109,12 @@ class DeviceArray(metaclass=_ArrayMeta):
             cls._interned = {}
             cls._family_root = cls
 
+    _whole: ClassVar[np.dtype | None] = None
+
     @classmethod
     def _dtype(cls) -> np.dtype | None:
+        if cls._whole is not None:
+            return cls._whole
         return None if cls.eltype is None else np.dtype(cls.eltype)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray:
@@ -95,6 +127,49 @@ def _dtype_property(cls: type) -> np.dtype | None:
 
 # ``Array[np.float32].dtype`` on the class itself.
 _ArrayMeta.dtype = property(_dtype_property)  # type: ignore[attr-defined]
+
+
+class _StructMeta(type):
+    """Metaclass of the struct types: ``Struct[dtype]`` is the interned type of that layout."""
+
+    def __getitem__(cls, dtype: Any) -> type[Struct]:
+        try:
+            dt = np.dtype(dtype)
+        except TypeError:
+            raise TypeError(f"Struct[...] takes a structured numpy dtype, got {dtype!r}") from None
+        if dt.names is None:
+            raise TypeError(
+                f"Struct[...] takes a structured numpy dtype (with fields), got {dt}: "
+                "pass plain scalars as numpy scalars"
+            )
+        _whole_dtype(dt)  # refuses a non-native byte order
+        cached = _structs.get(dt)
+        if cached is not None:
+            return cached
+        with _intern_lock:
+            cached = _structs.get(dt)
+            if cached is None:
+                ns = {"dtype": dt, "__module__": __name__}
+                cached = _structs[dt] = _StructMeta(f"Struct[{dt}]", (Struct,), ns)
+            return cached
+
+    def __repr__(cls) -> str:
+        return cls.__name__
+
+
+class Struct(metaclass=_StructMeta):
+    """The argument type of a struct or vector passed by value: a numpy structured scalar
+    (``np.void`` of a structured dtype, or a 0-d array of one, as ``pyopencl.cltypes``'
+    ``make_float4`` returns). ``Struct[dtype]`` is one type per layout, below ``Struct``; its
+    ``dtype`` is the whole structured dtype, to write the declaration from."""
+
+    dtype: ClassVar[np.dtype | None] = None
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Struct:
+        raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
+
+
+_structs: dict[np.dtype, type[Struct]] = {}
 
 
 class _WeakMeta(type):
@@ -174,7 +249,7 @@ def is_subtype(a: type, b: type) -> bool:
 def type_name(t: Any) -> str:
     """A short readable name for a type in messages: ``np.float32``, ``Array[np.float32]``."""
     if isinstance(t, type):
-        if isinstance(t, (_ArrayMeta, _WeakMeta)):
+        if isinstance(t, (_ArrayMeta, _WeakMeta, _StructMeta)):
             return t.__name__
         if t.__module__ == "numpy":
             return f"np.{t.__name__}"

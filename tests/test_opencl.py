@@ -63,9 +63,9 @@ def add_value(x: F32, v: np.float32) -> str:
 
 
 def test_typeof_maps_python_scalars_numpy_scalars_and_device_arrays(queue):
-    assert cl.typeof(3) is np.int64
-    assert cl.typeof(2.5) is np.float64
-    assert cl.typeof(True) is np.bool_
+    assert cl.typeof(3) is specializer.types.Weak[int]
+    assert cl.typeof(2.5) is specializer.types.Weak[float]
+    assert cl.typeof(True) is specializer.types.Weak[bool]
     assert cl.typeof(np.float32(1)) is np.float32
     assert cl.typeof(np.uint16(1)) is np.uint16
     x = zeros(queue, dtype=np.int32)
@@ -313,13 +313,13 @@ def test_launches_create_no_kernel_object_after_the_first(queue, monkeypatch):
         return "__kernel void count_kernels(__global float *x) { x[get_global_id(0)] += 1.0f; }"
 
     created = []
-    real = pyopencl.Kernel
+    real = pyopencl._cl.Kernel
 
     def counting(*args):
         created.append(args)
         return real(*args)
 
-    monkeypatch.setattr(pyopencl, "Kernel", counting)
+    monkeypatch.setattr(pyopencl._cl, "Kernel", counting)
     x = zeros(queue, 4)
     for _ in range(20):
         cl.launch(count_kernels, x, global_size=4)
@@ -350,7 +350,7 @@ def test_host_kernel_called_with_other_argument_types_says_how_to_look_them_up(q
         TypeError,
         match=r"add_value\(Array\[np\.float32\], np\.float32\) was "
         r"called with arguments of types \(Array\[np\.float32\], "
-        r"np\.float64\)",
+        r"Weak\[float\]\).*look it up for those with clfunction",
     ):
         hk(zeros(queue, 4), 1.0, global_size=4)
 
@@ -564,8 +564,8 @@ def test_unknown_compiler_keyword_is_a_type_error_naming_the_accepted_one(queue)
     x = zeros(queue, 4)
     with pytest.raises(
         TypeError,
-        match=r"unknown OpenCL compiler keyword argument\(s\): "
-        r"fastmath; the one accepted is options=",
+        match=r"unknown keyword argument\(s\) fastmath: launch options are global_size, "
+        r"local_size, global_offset, wait_for, queue; the compiler option is options=",
     ):
         cl.launch(add_value, x, np.float32(1), global_size=4, fastmath=True)
     with pytest.raises(TypeError, match="options are OpenCL build options"):
@@ -680,11 +680,11 @@ def test_array_view_with_an_offset_or_gaps_is_rejected_before_launch(queue):
     x = cla.to_device(queue, np.arange(8, dtype=np.float32))
     with pytest.raises(
         ValueError,
-        match=r"argument 0 of kernel add_value starts at byte 8 of "
-        r"its buffer \(a view\).*view\.copy\(\)",
+        match=r"parameter 0 \(x\) of kernel add_value\(Array\[np\.float32\], np\.float32\) "
+        r"starts at byte 8 of its buffer \(a view\).*view\.copy\(\)",
     ):
         cl.launch(add_value, x[2:], np.float32(1), global_size=6)
-    with pytest.raises(ValueError, match="argument 0 of kernel add_value is not contiguous"):
+    with pytest.raises(ValueError, match=r"parameter 0 \(x\) of kernel add_value.* is not contig"):
         cl.launch(add_value, x[::2], np.float32(1), global_size=4)
     assert x.get().tolist() == list(range(8))
 

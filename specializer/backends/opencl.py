@@ -5,35 +5,39 @@ The counterpart of KernelAbstractions' POCL back-end, over the core's interface:
 - ``compile(job)`` joins the device source of the kernel and its callees into an
   :class:`OpenCLSource`; nothing in it depends on a context.
 - ``link(job, source, context)`` builds that source in one context with the config's build
-  options, creates the one ``pyopencl.Kernel`` that context uses, and binds it to the launcher
-  generated for the kernel's signature (``templates/opencl_launch.py.j2``): a
-  :class:`LinkedKernel`, which the core caches per (compiled code, context).
-- ``clfunction(f, tt)`` wraps that lookup in ``cached_lookup`` with key (context, build options)
-  and returns a :class:`HostKernel`; ``launch(f, *args, ...)`` is ``typeof`` of each argument,
-  the same cached lookup, then the launcher. Both first check ``f``'s front entry (its newest
-  lookup, see :func:`specializer.kernels.set_front`) in their own frame: a hit calls nothing.
+  options (one program per context, source and options, whatever the number of kernels in it)
+  and returns a :class:`LinkedKernel`, which the core caches per (compiled code, context).
+- ``launch``, ``clfunction`` and the ``HostKernel`` call are the core's launch path
+  (:mod:`specializer.launching`), generated per signature from ``templates/opencl_entry.py.j2``:
+  a launch whose kernel's front entry holds its lookup checks the world, the queue and each
+  argument's class (and dtype), sets the arguments and enqueues, calling no ``typeof``.
 
-Design notes on the launch path. pyopencl's ``Kernel.__call__`` sets each argument with
-``Kernel.set_arg``, which tries five casts before it takes a numpy scalar as raw bytes, and each
-failed cast is a C++ exception: about 6 µs per scalar argument. The generated launcher sets
-buffers with ``set_arg`` (its first cast succeeds) and scalars with ``_set_arg_buf`` (raw
-bytes: a numpy scalar's own, its type being exactly the parameter's, or for a Python int, float
-or bool the bytes ``struct`` packs), then calls ``enqueue_nd_range_kernel`` directly; the
-signature decides which is which, once, when the launcher is generated.
+Kernel arguments (SPEC section 8): ``pyopencl.array.Array`` (``Array[dtype]``, its buffer),
+``pyopencl.Buffer`` (``Buffer``), ``pyopencl.LocalMemory`` (``LocalMemory``), ``pyopencl.Image``
+(``Image``), ``pyopencl.Sampler`` (``Sampler``), numpy scalars (their exact type, a subclass its
+numpy base), numpy structured scalars and 0-d arrays of one (``Struct[dtype]``, by value), and
+Python ``int``/``float``/``bool`` (weak: they take the type the method declares, range-checked).
 
-There is one ``pyopencl.Kernel`` per (compiled code, context), and its launcher sets the
-arguments and enqueues under a lock: the two steps are not atomic, and threads launching the
-same kernel (on their own queues or on one) must not interleave them. The lock costs about 0.1 µs
-of a launch of a few µs (measured against a no-op lock); a kernel object per thread would cost
-a thread-local lookup on every launch and leave a kernel behind with every thread that ever
-launched, and would still race when threads share a queue.
+Design notes on the launch path. pyopencl's ``Kernel.set_arg`` on a numpy scalar tries several
+casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (raw bytes:
+a numpy scalar's own, or for a Python scalar the bytes ``struct`` packs into the declared C
+type) and buffers with ``set_arg``, then calls ``enqueue_nd_range_kernel`` directly. Setting
+the arguments and enqueueing are two steps that another thread must not interleave: each
+launch takes a kernel object from its linked kernel's pool (``list.pop``, atomic under the GIL
+and per-object locks alike) and gives it back after the enqueue, so concurrent launches use
+different kernel objects, without a lock; a pool grows only to the number of launches ever in
+flight at once. Each kernel object remembers the value last set at each index, and an argument
+that is that very object (a buffer handle or an immutable scalar) is not set again. It keeps
+those values referenced until they are replaced, so a buffer stays allocated until the kernel
+object is launched with another one (or the kernel is released).
 """
 
 from __future__ import annotations
 
-import functools
+import re
 import struct
 import threading
+import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,29 +46,25 @@ import numpy as np
 import pyopencl as cl
 import pyopencl._cl as _cl
 import pyopencl.array as cla
+import pyopencl.cltypes as _cltypes
 
-from .. import codegen
+from .. import launching
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
-from ..kernels import (
-    NO_FRONT,
-    SCALAR_TYPES,
-    Definitions,
-    Kernel,
-    KernelInstance,
-    LookupSite,
-    uncached_lookup,
-    unsupported_argument,
-)
-from ..types import DeviceArray, type_name
-from ..world import WORLD as _WORLD
+from ..kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup, unsupported_argument
+from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
 
 __all__ = [
     "BACKEND",
     "Array",
+    "Buffer",
     "HostKernel",
+    "Image",
     "LinkedKernel",
+    "LocalMemory",
     "OpenCLBackend",
     "OpenCLSource",
+    "Sampler",
+    "Struct",
     "capture",
     "clfunction",
     "ctype",
@@ -82,27 +82,107 @@ __all__ = [
 
 class Array(DeviceArray):
     """Argument types of ``pyopencl.array.Array`` values: ``Array[np.float32]`` and its
-    supertypes (``Array[np.floating]``, ``Array[np.number]``, ...) to dispatch on."""
+    supertypes (``Array[np.floating]``, ``Array[np.number]``, ...) to dispatch on. A structured
+    dtype is kept whole: ``Array[dtype]`` per layout, below ``Array[np.void]``."""
+
+
+class _ArgType:
+    """Base of the argument types that stand for one kind of pyopencl object."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
+
+
+class Buffer(_ArgType):
+    """The argument type of a raw ``pyopencl.Buffer``: a ``__global``/``__constant`` pointer."""
+
+
+class LocalMemory(_ArgType):
+    """The argument type of ``pyopencl.LocalMemory(nbytes)``: a ``__local T *`` parameter."""
+
+
+class Image(_ArgType):
+    """The argument type of a ``pyopencl.Image``: an ``image2d_t``/``image3d_t``/... parameter."""
+
+
+class Sampler(_ArgType):
+    """The argument type of a ``pyopencl.Sampler``: a ``sampler_t`` parameter."""
 
 
 _ACCEPTED = (
-    "Python int, float and bool, numpy scalars (np.float32, np.int64, ...) and pyopencl.array.Array"
+    "pyopencl.array.Array (C- or F-contiguous, native byte order), pyopencl.Buffer, "
+    "pyopencl.LocalMemory, pyopencl.Image, pyopencl.Sampler, numpy scalars, numpy structured "
+    "scalars (np.void, or a 0-d array of a structured dtype such as pyopencl.cltypes.float4), "
+    "and Python int, float and bool"
 )
-_scalar_type = SCALAR_TYPES.get
-_array_types: dict[type, type[DeviceArray]] = {}
+_CONCRETE = frozenset(np.sctypeDict.values())
+
+#: value class -> argument type, for the classes that alone decide it (one dict lookup)
+_BY_CLASS: dict[type, type] = {
+    **{t: t for t in SCALAR_TYPES.values() if t in _CONCRETE},
+    **WEAK,
+    _cl.Buffer: Buffer,
+    _cl.LocalMemory: LocalMemory,
+    _cl.Sampler: Sampler,
+    _cl.Image: Image,
+}
+#: argument type -> the value class its guard checks, where that is not the type itself
+_GUARD_CLASS: dict[type, type] = {
+    t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not _cl.Image
+} | {Image: _cl.Image}
+_array_types: dict[np.dtype, type[DeviceArray]] = {}
+
+
+def _array_type(dtype: np.dtype) -> type[DeviceArray]:
+    t = _array_types.get(dtype)
+    if t is None:
+        if not dtype.isnative:
+            raise ValueError(
+                f"an array of dtype {dtype.str} (non-native byte order): kernels read "
+                "native-order values; pass arr.astype(arr.dtype.newbyteorder('='))"
+            )
+        t = _array_types.setdefault(dtype, Array[dtype])
+    return t
+
+
+def _scalar_base(cls: type) -> type | None:
+    """The numpy scalar type a subclass of one (``class MyFloat(np.float64)``) takes."""
+    for base in cls.__mro__:
+        if base in _CONCRETE and base in _BY_CLASS:
+            return base
+    return None
 
 
 def typeof(value: Any) -> type:
-    """The kernel argument type of ``value``: ``np.int64``/``np.float64``/``np.bool_`` for Python
-    ``int``/``float``/``bool``, a numpy scalar's own type, ``Array[dtype]`` for a pyopencl array."""
-    t = _scalar_type(type(value))
+    """The kernel argument type of ``value`` (SPEC section 8): a numpy scalar's own type (a
+    subclass's numpy base), ``Weak[int]``/``Weak[float]``/``Weak[bool]`` for Python scalars,
+    ``Array[dtype]`` for a pyopencl array, ``Buffer``, ``LocalMemory``, ``Image``, ``Sampler``,
+    and ``Struct[dtype]`` for a struct by value."""
+    t = _BY_CLASS.get(value.__class__)
     if t is not None:
         return t
     if isinstance(value, cla.Array):
-        t = _array_types.get(value.dtype.type)
-        if t is None:
-            t = _array_types.setdefault(value.dtype.type, Array[value.dtype])
-        return t
+        return _array_type(value.dtype)
+    if isinstance(value, np.void) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.names is not None
+    ):
+        if value.dtype.names is None:
+            raise TypeError(
+                f"a numpy void scalar of dtype {value.dtype} has no fields: a struct by value "
+                "is a structured scalar (np.void of a structured dtype, or a 0-d array of one)"
+            )
+        return Struct[value.dtype]
+    if isinstance(value, np.generic):
+        base = _scalar_base(value.__class__)
+        if base is not None:
+            return base
+    if isinstance(value, _cl.MemoryObjectHolder):
+        for cls, t in ((_cl.Image, Image), (_cl.Buffer, Buffer)):
+            if isinstance(value, cls):
+                return t
+    for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
+        if isinstance(value, py):
+            return WEAK[py]
     raise unsupported_argument(value, _ACCEPTED)
 
 
@@ -128,7 +208,7 @@ _C_TYPES: dict[tuple[str, int], tuple[str, str]] = {
 }
 
 
-_CONCRETE = frozenset(np.sctypeDict.values())
+_VECTORS = {v: k for k, v in vars(_cltypes).items() if isinstance(v, np.dtype) and v.names}
 
 
 def _c_type(t: Any) -> tuple[str, str]:
@@ -138,14 +218,29 @@ def _c_type(t: Any) -> tuple[str, str]:
             f"ctype spells scalar types; {type_name(t)} is an array type: "
             "use ctype(x.dtype) for its element type"
         )
+    if isinstance(t, type) and issubclass(t, WeakScalar):
+        t = t.default
+    if isinstance(t, type) and issubclass(t, Struct) and t.dtype is not None:
+        t = t.dtype
+    if isinstance(t, np.dtype) and t.names is not None:
+        name = _VECTORS.get(t)
+        if name is None:
+            raise TypeError(
+                f"ctype spells scalar and vector types; {t} is a struct: declare it in the "
+                "kernel source (its fields are in x.dtype.fields)"
+            )
+        return name, ""
     if isinstance(t, type) and t in SCALAR_TYPES:
         dt = np.dtype(SCALAR_TYPES[t])
     elif isinstance(t, type) and issubclass(t, np.generic):
         if t not in _CONCRETE:  # np.floating, np.number, ...: numpy's abstract scalar types
-            raise TypeError(
-                f"{type_name(t)} is abstract: OpenCL needs a concrete type such as np.float32 "
-                "(a method body gets the concrete types bound to its parameters)"
-            )
+            base = _scalar_base(t)
+            if base is None:
+                raise TypeError(
+                    f"{type_name(t)} is abstract: OpenCL needs a concrete type such as "
+                    "np.float32 (a method body gets the concrete types bound to its parameters)"
+                )
+            t = base
         dt = np.dtype(t)
     elif isinstance(t, np.dtype):
         dt = t
@@ -155,14 +250,16 @@ def _c_type(t: Any) -> tuple[str, str]:
     if spelled is None:
         raise TypeError(
             f"OpenCL has no type for {dt.name}; supported are bool, int8..int64, uint8..uint64, "
-            "float16, float32, float64, complex64 and complex128"
+            "float16, float32, float64, complex64 and complex128, and pyopencl.cltypes vectors"
         )
     return spelled
 
 
 def ctype(t: type[np.generic] | np.dtype) -> str:
-    """Spell a scalar type in OpenCL C: ``ctype(np.float32) == "float"``,
-    ``ctype(np.dtype("int64")) == "long"``, ``ctype(np.bool_) == "uchar"``."""
+    """Spell a scalar or vector type in OpenCL C: ``ctype(np.float32) == "float"``,
+    ``ctype(np.dtype("int64")) == "long"``, ``ctype(np.bool_) == "uchar"``,
+    ``ctype(pyopencl.cltypes.float4) == "float4"``; complex types are pyopencl's ``cfloat_t``
+    and ``cdouble_t``, which need ``#include <pyopencl-complex.h>`` in the kernel source."""
     return _c_type(t)[0]
 
 
@@ -186,40 +283,65 @@ class OpenCLSource:
     source: str
 
 
+_UNSET = object()  # the last value set at an index of a fresh kernel object: nothing is
+
+
 class LinkedKernel:
-    """A kernel built in one context and bound to its signature's launcher: the lookup's result.
+    """A kernel built in one context: the lookup's result, cached per (compiled code, context).
 
     It holds no kernel instance (only types went into it), so caching it keeps no captured
-    value alive. ``launch(queue, global_size, local_size, params)`` sets the arguments and
-    enqueues; ``params`` are the captured values followed by the launch arguments.
+    value alive. ``pool`` holds the kernel objects launches take and give back (see the
+    module's design notes); ``bound`` the launch path of each lookup signature (the core's).
     """
 
-    __slots__ = ("context", "kernel", "launch", "lock", "name", "program", "tt")
+    __slots__ = (
+        "__weakref__",
+        "_context",
+        "bound",
+        "built",
+        "kernel",
+        "name",
+        "params",
+        "pool",
+        "program",
+        "source",
+        "tt",
+    )
 
     def __init__(
         self,
         name: str,
         tt: tuple[type, ...],
         context: cl.Context,
-        program: cl.Program,
-        kernel: cl.Kernel,
+        built: _Built,
+        kernel: Any,
+        source: str,
     ) -> None:
         self.name = name
-        self.tt = tt  # every kernel parameter's type, captured ones first
-        self.context = context
-        self.program = program
+        self.tt = tt  # every kernel parameter's concrete type, captured ones first
+        self._context = weakref.ref(context)
+        self.built = built  # shared by the kernels of one program; keeps it in _programs
+        self.program = built.program
         self.kernel = kernel
-        self.lock = threading.Lock()
-        self.launch: Callable[..., cl.Event] = _launcher(tt)(
-            kernel,
-            self.lock,
-            kernel.set_arg,
-            getattr(kernel, _SET_BUF),
-            functools.partial(_bad_array, name),
-        )
+        self.source = source
+        self.params = _param_names(source, name)
+        self.bound: dict[tuple[type, ...], Any] = {}
+        self.pool: list[list[Any]] = [self._record(kernel)]
+
+    @property
+    def context(self) -> cl.Context | None:
+        """The context it was built in (``None`` once the user dropped that context)."""
+        return self._context()
+
+    def _record(self, knl: Any) -> list[Any]:
+        return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_UNSET] * len(self.tt))]
+
+    def new_record(self) -> list[Any]:
+        """A pool record with a new kernel object (for a launch while all are in use)."""
+        return self._record(_cl.Kernel(self.program, self.name))
 
     def __repr__(self) -> str:
-        return f"<LinkedKernel {_signature(self.name, self.tt)} in {self.context!r}>"
+        return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
 
 
 # Scalars go in as raw bytes; pyopencl's private _set_arg_buf skips set_arg's failing casts.
@@ -227,56 +349,75 @@ class LinkedKernel:
 _SET_BUF = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
 
 
-def _signature(name: str, tt: Iterable[type]) -> str:
-    return f"{name}({', '.join(type_name(t) for t in tt)})"
+def _param_names(source: str, name: str) -> list[str]:
+    """The parameter names of ``__kernel ... name(...)`` in ``source``, for messages (best
+    effort: empty when the source does not spell them plainly)."""
+    m = re.search(r"\b(?:__)?kernel\b[^;{]*?\b" + re.escape(name) + r"\s*\(([^)]*)\)", source)
+    if not m:
+        return []
+    names = []
+    for p in m.group(1).split(","):
+        w = re.findall(r"[A-Za-z_]\w*", p)
+        names.append(w[-1] if w else "?")
+    return names
 
 
-def _bad_array(name: str, index: int, a: cla.Array) -> None:
+def _describe(linked: LinkedKernel, i: int) -> str:
+    name = linked.params[i] if i < len(linked.params) else None
+    what = f"parameter {i}" + (f" ({name})" if name else "")
+    return f"{what} of kernel {launching.signature(linked.name, linked.tt)}"
+
+
+def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
     if a.offset:
         what = f"starts at byte {a.offset} of its buffer (a view)"
     else:
         what = f"is not contiguous (shape {a.shape}, strides {a.strides})"
     raise ValueError(
-        f"argument {index} of kernel {name} {what}: a kernel gets a buffer pointer, so pass a "
-        "contiguous array that starts at its buffer's start (for a view, pass view.copy())"
+        f"the array for {_describe(linked, i)} {what}: a kernel gets a buffer pointer, so pass "
+        "a C- or F-contiguous array that starts at its buffer's start (for a view, view.copy())"
     )
 
 
-# The parameter types that Python scalars map to: their values may be Python objects, which have
-# no bytes of their own, so the launcher packs them. Other scalars pass their numpy bytes as is.
-_FROM_PYTHON = frozenset(SCALAR_TYPES[t] for t in (int, float, bool))
-_launchers: dict[tuple[type, ...], Callable[..., Any]] = {}
-_launchers_lock = threading.Lock()
+_FAILURES = (cl.Error, struct.error, OverflowError, TypeError)
 
 
-def _launcher(tt: tuple[type, ...]) -> Callable[..., Any]:
-    """The launcher factory generated for kernel parameter types ``tt`` (once per ``tt``)."""
-    factory = _launchers.get(tt)
-    if factory is not None:
-        return factory
-    with _launchers_lock:
-        factory = _launchers.get(tt)
-        if factory is None:
-            namespace: dict[str, Any] = {"_enqueue": _cl.enqueue_nd_range_kernel}
-            kinds = []
-            for i, t in enumerate(tt):
-                if isinstance(t, type) and issubclass(t, Array):
-                    kinds.append("array")
-                elif t in _FROM_PYTHON or not issubclass(t, np.generic):
-                    namespace[f"_pack{i}"] = _packer(t)
-                    kinds.append("packed")
-                else:
-                    _c_type(t)  # a type OpenCL has, so its numpy scalar's bytes are the argument
-                    kinds.append("scalar")
-            factory = codegen.generate(
-                "opencl_launch.py.j2",
-                ("opencl_launch", *(type_name(t) for t in tt)),
-                namespace,
-                f"OpenCL launcher for ({', '.join(type_name(t) for t in tt)})",
-                kinds=kinds,
-            )
-            _launchers[tt] = factory
-    return factory
+def _failed(linked: LinkedKernel, values: tuple[Any, ...], error: Exception) -> None:
+    """Say which argument a failed launch could not set, and why (raises; returns only when
+    the failure was the enqueue's, to re-raise it as it is)."""
+    for i, (t, v) in enumerate(zip(linked.tt, values)):
+        if isinstance(error, (struct.error, OverflowError)) and isinstance(v, (int, float)):
+            try:
+                _packer(t)(v)
+            except (struct.error, OverflowError):
+                info = np.iinfo(t) if issubclass(t, np.integer) else None
+                span = f" ({info.min} to {info.max})" if info is not None else ""
+                raise OverflowError(
+                    f"{v!r} does not fit {type_name(t)}{span}, the type of {_describe(linked, i)}"
+                ) from None
+    if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
+        probe = _cl.Kernel(linked.program, linked.name)
+        for i, (t, v) in enumerate(zip(linked.tt, values)):
+            try:
+                _set_one(probe, i, t, v)
+            except cl.Error as e:
+                raise TypeError(
+                    f"OpenCL refused the value for {_describe(linked, i)}, typed "
+                    f"{type_name(t)} by the method's signature: {e}. The kernel source "
+                    "declares that parameter with another type or size: make the "
+                    "annotation match the C declaration"
+                ) from None
+
+
+def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
+    if isinstance(v, cla.Array):
+        knl.set_arg(i, v.base_data)
+    elif isinstance(v, (int, float)) and not isinstance(v, np.generic):
+        knl._set_arg_buf(i, _packer(t)(v))
+    elif isinstance(v, (np.generic, np.ndarray)):
+        knl._set_arg_buf(i, v)
+    else:
+        knl.set_arg(i, v)
 
 
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
@@ -301,6 +442,45 @@ def _numbered(source: str) -> str:
     return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
 
 
+_IMPLICIT = re.compile(r"implicit declaration of function '(\w+)'")
+
+
+def _callee_hint(log: str) -> str:
+    """A hint for a build log that says a device function of this back-end was implicitly
+    declared: it is missing from the kernel's ``callees=``."""
+    names = sorted({n for n in _IMPLICIT.findall(log) if n in _device_names()})
+    if not names:
+        return ""
+    listed = ", ".join(names)
+    return (
+        f"\nhint: {listed} {'is a device function' if len(names) == 1 else 'are device functions'}"
+        f" of this back-end that the kernel calls but does not list: add "
+        f"{'it' if len(names) == 1 else 'them'} to @kernel(callees=[{listed}])"
+    )
+
+
+def _device_names() -> set[str]:
+    return {name for (_, name, cls) in list(_definitions._table) if cls is not Kernel}
+
+
+# One program per (context, source, build options): kernels whose methods return the same
+# source are built once. Kept weakly: a program lives while a linked kernel uses it.
+_programs: weakref.WeakKeyDictionary[cl.Context, weakref.WeakValueDictionary] = (
+    weakref.WeakKeyDictionary()
+)
+_programs_lock = threading.Lock()
+
+
+class _Built:
+    """A built program (the raw handle) and the kernels it defines: what linked kernels share."""
+
+    __slots__ = ("__weakref__", "names", "program")
+
+    def __init__(self, program: Any, names: str) -> None:
+        self.program = program
+        self.names = names
+
+
 class OpenCLBackend(Backend):
     """Compiles kernels to OpenCL C source and builds them per context with pyopencl."""
 
@@ -309,30 +489,53 @@ class OpenCLBackend(Backend):
     def compile(self, job: CompilerJob) -> OpenCLSource:
         return OpenCLSource(job.name, "\n\n".join(job.device_sources()))
 
-    def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
-        assert isinstance(context, cl.Context)
-        signature = _signature(job.name, job.mi.tt)
-        options = job.config.options
-        program = cl.Program(context, artifact.source)
+    def _build(self, job: CompilerJob, source: str, context: cl.Context) -> _Built:
+        options = tuple(job.config.options)
+        with _programs_lock:
+            table = _programs.get(context)
+            if table is None:
+                table = _programs[context] = weakref.WeakValueDictionary()
+            built = table.get((source, options))
+        if built is not None:
+            return built
+        program = cl.Program(context, source)
         try:
             program.build(options=list(options))
         except cl.Error as e:
+            log = _build_log(program, context, e)
             raise CompileError(
-                f"OpenCL kernel {signature} does not build (build options: "
-                f"{' '.join(options) or 'none'}):\n{_build_log(program, context, e)}\n"
-                f"--- its source (the callees', then the kernel's) ---\n"
-                f"{_numbered(artifact.source)}"
+                f"OpenCL kernel {launching.signature(job.name, job.mi.tt)} does not build "
+                f"(build options: {' '.join(options) or 'none'}):\n{log}{_callee_hint(log)}\n"
+                f"--- its source (the callees', then the kernel's) ---\n{_numbered(source)}"
             ) from None
+        raw = program._get_prg()
+        built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
+        with _programs_lock:
+            built = table.setdefault((source, options), built)
+        return built
+
+    def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
+        ctx = context.context() if isinstance(context, _ContextKey) else context
+        if ctx is None:
+            raise RuntimeError("the context of this lookup was dropped")
+        signature = launching.signature(job.name, job.mi.tt)
+        built = self._build(job, artifact.source, ctx)
         try:
-            knl = cl.Kernel(program, job.name)
+            knl = _cl.Kernel(built.program, job.name)
         except cl.Error:
-            defined = program.get_info(cl.program_info.KERNEL_NAMES) or "none"
             raise CompileError(
                 f"the source of OpenCL kernel {signature} defines no __kernel named "
-                f"{job.name!r} (it defines: {defined}); a method body returns source that "
-                "defines a __kernel function named like the method"
+                f"{job.name!r} (it defines: {built.names or 'none'}); a method body returns "
+                "source that defines a __kernel function named like the method"
             ) from None
-        return LinkedKernel(job.name, job.mi.tt, context, program, knl)
+        nargs = knl.get_info(cl.kernel_info.NUM_ARGS)
+        if nargs != len(job.mi.tt):
+            raise CompileError(
+                f"OpenCL kernel {job.name} takes {nargs} parameter(s), but its method's "
+                f"signature {signature} has {len(job.mi.tt)} (captured values count): "
+                "annotate one parameter per kernel parameter"
+            )
+        return LinkedKernel(job.name, job.mi.tt, ctx, built, knl, artifact.source)
 
 
 BACKEND = OpenCLBackend()
@@ -346,17 +549,24 @@ def _config(options: tuple[str, ...]) -> CompilerConfig:
     return config
 
 
+#: launch options, in order, as launch and a HostKernel call take them
+LAUNCH_OPTIONS = ("global_size", "local_size", "global_offset", "wait_for", "queue")
+#: compiler keyword arguments
+COMPILER_KWARGS = ("options",)
+
+
 def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
     """The build options from compiler keyword arguments (only ``options`` is one)."""
-    unknown = sorted(set(compiler_kwargs) - {"options"})
+    unknown = sorted(set(compiler_kwargs) - set(COMPILER_KWARGS))
     if unknown:
         raise TypeError(
-            f"unknown OpenCL compiler keyword argument(s): {', '.join(unknown)}; the one "
-            "accepted is options=(build options, ...), e.g. options=('-cl-fast-relaxed-math',)"
+            f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
+            f"{', '.join(LAUNCH_OPTIONS)}; the compiler option is options=(build options, ...), "
+            "e.g. options=('-cl-fast-relaxed-math',)"
         )
     options = compiler_kwargs["options"]
     if isinstance(options, str):
-        return (options,)
+        return tuple(options.split())
     if isinstance(options, Sequence) and all(isinstance(o, str) for o in options):
         return tuple(options)
     raise TypeError(
@@ -366,7 +576,7 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
 
 # -- queues and contexts ------------------------------------------------------------------
 
-_default_queue: cl.CommandQueue | None = None
+_DEFAULT: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
 _default_lock = threading.Lock()
 
 
@@ -394,154 +604,234 @@ def _pocl_cpu_device() -> cl.Device:
 def default_queue() -> cl.CommandQueue:
     """The queue launches use when given none: the one set with :func:`set_default_queue`,
     else a queue on PoCL's CPU device (created on first use, then kept)."""
-    global _default_queue
-    queue = _default_queue
+    queue = _DEFAULT[0]
     if queue is None:
         with _default_lock:
-            if _default_queue is None:
-                _default_queue = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
-            queue = _default_queue
+            if _DEFAULT[0] is None:
+                _DEFAULT[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
+            queue = _DEFAULT[0]
     return queue
 
 
 def set_default_queue(queue: cl.CommandQueue | None) -> None:
     """Make launches given no queue use ``queue`` (``None``: a queue on PoCL's CPU device)."""
-    global _default_queue
     if queue is not None and not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
     with _default_lock:
-        _default_queue = queue
+        _DEFAULT[0] = queue
 
 
-# Lookup keys are (context, build options): one key tuple per context for the default (no)
-# options, found per queue without creating a context wrapper.
-_context_keys: dict[cl.Context, tuple[cl.Context, tuple[str, ...]]] = {}
-_queue_keys: dict[cl.CommandQueue, tuple[cl.Context, tuple[str, ...]]] = {}
-_MAX_QUEUES = 64  # forget queues beyond this many, so dropped queues are not kept forever
+class _ContextKey:
+    """What lookups key on for one live context: compared by identity, holding the context
+    weakly, so no cache keeps a context the user dropped alive."""
+
+    __slots__ = ("__weakref__", "context", "name")
+
+    def __init__(self, context: cl.Context) -> None:
+        self.context = weakref.ref(context)
+        self.name = repr(context)
+
+    def __repr__(self) -> str:
+        return f"<context key of {self.name}>"
 
 
-def _key(queue: cl.CommandQueue) -> tuple[cl.Context, tuple[str, ...]]:
-    """(the queue's context, no build options)."""
-    key = _queue_keys.get(queue)
-    if key is None:
-        if not isinstance(queue, cl.CommandQueue):
-            raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-        ctx = queue.context
-        key = _context_keys.get(ctx) or _context_keys.setdefault(ctx, (ctx, ()))
+# Per context its key: gone with the context. Per queue the (context key, no options) pair,
+# found without creating a context wrapper; queues are not weakly referenceable, so the table
+# forgets them in bulk beyond a bound.
+_context_keys: weakref.WeakKeyDictionary[cl.Context, _ContextKey] = weakref.WeakKeyDictionary()
+_queue_keys: dict[int, tuple[cl.CommandQueue, tuple[_ContextKey, tuple[str, ...]]]] = {}
+_MAX_QUEUES = 64
+_keys_lock = threading.Lock()
+
+
+def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
+    """(the queue's context key, no build options)."""
+    hit = _queue_keys.get(id(queue))
+    if hit is not None and hit[0] is queue:
+        return hit[1]
+    if not isinstance(queue, cl.CommandQueue):
+        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+    ctx = queue.context
+    with _keys_lock:
+        ck = _context_keys.get(ctx)
+        if ck is None:
+            ck = _context_keys[ctx] = _ContextKey(ctx)
+        key = (ck, ())
         if len(_queue_keys) >= _MAX_QUEUES:
             _queue_keys.clear()
-        _queue_keys[queue] = key
+        _queue_keys[id(queue)] = (queue, key)
     return key
 
 
-def _work_size(size: Any, what: str) -> tuple[int, ...]:
-    if isinstance(size, (int, np.integer)):
-        return (int(size),)
-    if isinstance(size, Sequence) and 1 <= len(size) <= 3:
-        return tuple(size)
-    raise TypeError(f"{what} is an int or a sequence of 1 to 3 ints, got {size!r}")
+def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        v = (v,)
+    elif not isinstance(v, (tuple, list)):
+        raise TypeError(f"{what} is an int or a tuple of 1 to 3 ints, got {v!r}")
+    if not 1 <= len(v) <= 3:
+        raise ValueError(f"{what} has {len(v)} dimensions, got {v!r}: OpenCL takes 1 to 3")
+    out = []
+    for d in v:
+        if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)):
+            raise TypeError(f"{what} is an int or a tuple of 1 to 3 ints, got {v!r}")
+        if d < least:
+            raise ValueError(
+                f"{what} must be {'positive' if least else 'non-negative'} in every dimension, "
+                f"got {tuple(v)!r}"
+            )
+        out.append(int(d))
+    return tuple(out)
 
 
-# -- the lookup and the launch ------------------------------------------------------------
+def _sizes(global_size: Any, local_size: Any, global_offset: Any) -> tuple[Any, Any, Any]:
+    """The work sizes, checked before anything is enqueued; errors name the parameter."""
+    g = _dims(global_size, "global_size", 1)
+    ls = None if local_size is None else _dims(local_size, "local_size", 1)
+    go = None if global_offset is None else _dims(global_offset, "global_offset", 0)
+    for what, v in (("local_size", ls), ("global_offset", go)):
+        if v is not None and len(v) != len(g):
+            raise ValueError(
+                f"{what} {v!r} has {len(v)} dimension(s), global_size {g!r} has {len(g)}"
+            )
+    if ls is not None and any(x > y for x, y in zip(ls, g)):
+        raise ValueError(f"local_size {ls!r} is larger than global_size {g!r}")
+    return g, ls, go
+
+
+def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
+    """A queue given to a HostKernel call: it must be in the context the kernel was built in."""
+    if not isinstance(queue, cl.CommandQueue):
+        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+    if queue.context != linked.context:
+        raise ValueError(
+            f"kernel {linked.name} was looked up in {linked.context!r}, but the queue is in "
+            f"{queue.context!r}: look it up with clfunction(f, tt, queue=queue)"
+        )
+    return queue
+
+
+def _packer(t: type) -> Callable[[Any], bytes]:
+    """Packs a Python value into the bytes of parameter type ``t`` (converting, with struct's
+    range check)."""
+    fmt = _c_type(t)[1]
+    if len(fmt) == 2:  # complex: (real, imag)
+        pack2 = struct.Struct("=" + fmt).pack
+        return lambda v: pack2(v.real, v.imag)
+    return struct.Struct("=" + fmt).pack
+
+
+# -- the launch path ----------------------------------------------------------------------
 
 _definitions = Definitions(typeof, __name__)
+#: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method (see the module docstring).
 kernel = _definitions.kernel
+#: ``@device``: define a device function (a callee); redefining it recompiles its callers.
 device = _definitions.device
+#: ``capture(kernel, *values)``: a kernel instance passing ``values`` first on every launch.
 capture = _definitions.capture
 
 
-def _link(F: Any, tt: tuple[type, ...], key: tuple[cl.Context, tuple[str, ...]]) -> Any:
-    """The lookup that ``cached_lookup`` wraps, with key (context, build options)."""
-    _definitions.own(F)
-    return uncached_lookup(F, tt, _config(key[1]), key[0])
-
-
-_site = LookupSite(_definitions, LinkedKernel, _link)
-
-
-def _front_miss(
-    f: Any, tt: Any, queue: cl.CommandQueue | None, compiler_kwargs: dict[str, Any], host: bool
-) -> tuple[LinkedKernel, HostKernel | None]:
-    """What ``launch`` and ``clfunction`` do when ``f``'s front entry does not hold their
-    lookup: the cached lookup, then (without build options) a new front entry. Returns the
-    linked kernel, and with ``host`` the HostKernel for ``f``."""
-    if queue is None:
-        queue = default_queue()
-    key = _key(queue)
-    if compiler_kwargs:
-        key = (key[0], _build_options(compiler_kwargs))
-    return _site.miss(
-        f,
-        tt,
-        None if compiler_kwargs else queue,
-        key,
-        (lambda f, tt, linked: HostKernel(f, tt, linked, queue)) if host else None,
-    )
-
-
-class HostKernel:
+class HostKernel(launching.HostKernel):
     """``clfunction``'s result: the cached :class:`LinkedKernel` with the live kernel ``f``.
 
     Call it like :func:`launch`, with arguments of the types it was looked up for:
-    ``hk(*args, global_size=..., local_size=None, queue=None)`` (default: the queue of the
-    lookup). A kernel instance's captured values are passed first, from ``f``, on each call.
+    ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
+    queue=None)`` (default: the queue of the lookup). A kernel instance's captured values are
+    passed first, from ``f``, on each call.
     """
 
-    __slots__ = ("f", "linked", "queue", "tt")
-
-    def __init__(
-        self, f: Any, tt: tuple[type, ...], linked: LinkedKernel, queue: cl.CommandQueue
-    ) -> None:
-        self.f = f
-        self.tt = tt
-        self.linked = linked
-        self.queue = queue
+    @property
+    def queue(self) -> cl.CommandQueue:
+        return self.where
 
     @property
-    def kernel(self) -> cl.Kernel:
-        """The ``pyopencl.Kernel`` (shared by every launch of this code in this context)."""
+    def kernel(self) -> Any:
+        """The ``pyopencl.Kernel`` the first launch uses (each concurrent launch takes one of
+        its own from the linked kernel's pool)."""
         return self.linked.kernel
 
     @property
-    def program(self) -> cl.Program:
+    def program(self) -> Any:
         return self.linked.program
 
     @property
-    def context(self) -> cl.Context:
+    def context(self) -> cl.Context | None:
         return self.linked.context
 
-    def __call__(
-        self,
-        *args: Any,
-        global_size: Any,
-        local_size: Any = None,
-        queue: cl.CommandQueue | None = None,
-    ) -> cl.Event:
-        linked = self.linked
-        if queue is None:
-            queue = self.queue
-        elif queue is not self.queue and _key(queue)[0] != linked.context:
-            raise ValueError(
-                f"kernel {linked.name} was looked up in {linked.context!r}, but the queue is in "
-                f"{queue.context!r}: look it up with clfunction(f, tt, queue=queue)"
-            )
-        tt = tuple(map(typeof, args))
-        if tt != self.tt:
-            raise TypeError(
-                f"{_signature(linked.name, self.tt)} was called with arguments of types "
-                f"({', '.join(type_name(t) for t in tt)}): look it up for those with "
-                "clfunction, or use launch(f, *args, ...), which looks up what it is given"
-            )
-        f = self.f
-        params = args if type(f) is Kernel else f.values + args
-        if type(global_size) is not tuple:
-            global_size = _work_size(global_size, "global_size")
-        if local_size is not None and type(local_size) is not tuple:
-            local_size = _work_size(local_size, "local_size")
-        return linked.launch(queue, global_size, local_size, params)
 
-    def __repr__(self) -> str:
-        return f"<HostKernel {_signature(self.linked.name, self.tt)} of {self.f!r}>"
+class _OpenCLLauncher(launching.Launcher):
+    template = "opencl_entry.py.j2"
+    options = LAUNCH_OPTIONS
+    defaults = ("required", "none", "none", "none", "none")
+    front_attr = "_opencl_front"
+    V = LinkedKernel
+    host_class = HostKernel
+    lookup_name = "clfunction"
+
+    def link(self, F: Any, tt: tuple[type, ...], key: tuple[_ContextKey, tuple[str, ...]]) -> Any:
+        self.definitions.own(F)
+        return uncached_lookup(F, tt, _config(key[1]), key[0])
+
+    def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        queue = opts[4]
+        if queue is None:
+            queue = default_queue()
+            opts = (*opts[:4], queue)
+        elif not isinstance(queue, cl.CommandQueue):
+            raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+        return queue, opts
+
+    def resolve_where(self, where_opt: Any) -> Any:
+        return self.resolve((None, None, None, None, where_opt))[0]
+
+    def current_where(self, where_opt: Any) -> Any:
+        return _DEFAULT[0] if where_opt is None else where_opt
+
+    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
+        key = _key(where)
+        return (key[0], _build_options(kw)) if kw else key
+
+    def guard_of(self, t: type) -> tuple[str, type, Any]:
+        if isinstance(t, type) and issubclass(t, Array):
+            return "cls_dtype", cla.Array, t.dtype
+        if isinstance(t, type) and issubclass(t, Struct):
+            return "cls_dtype_0d", np.void, t.dtype
+        cls = _GUARD_CLASS.get(t)
+        if cls is not None:
+            return "cls", cls, None
+        return "cls", t, None
+
+    def kinds(
+        self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
+    ) -> tuple[list[str], list[str], dict[str, Any]]:
+        namespace: dict[str, Any] = {
+            "_DEFAULT": _DEFAULT,
+            "_enqueue": _cl.enqueue_nd_range_kernel,
+            "_sizes": _sizes,
+            "_same_context": _same_context,
+            "_bad_array": _bad_array,
+            "_failed": _failed,
+            "_FAILURES": _FAILURES,
+        }
+        kinds = []
+        for i, (t, r) in enumerate(zip(tt, resolved)):
+            if issubclass(t, Array):
+                kinds.append("array")
+            elif issubclass(t, _ArgType):
+                kinds.append("object")
+            elif issubclass(t, Struct):
+                kinds.append("bytes")
+            elif issubclass(t, WeakScalar):
+                namespace[f"_pack{i}"] = _packer(resolve_weak(t, r))
+                kinds.append("packed")
+            else:
+                _c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
+                kinds.append("scalar")
+        guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
+        return guards, kinds, namespace
+
+
+_launcher = _OpenCLLauncher(_definitions)
 
 
 def clfunction(
@@ -550,60 +840,22 @@ def clfunction(
     """The kernel ``f`` (a kernel or kernel instance) for argument types ``tt`` in the context of
     ``queue`` (default :func:`default_queue`), built with ``options=(...)`` if given.
 
-    The lookup (dispatch in the task's world, the compiled-code cache, the kernel object for
-    the context) runs through ``cached_lookup`` with key (context, build options); a hit takes
-    no lock and hashes nothing. ``tt`` excludes a kernel instance's captured values. Looking up
-    a plain kernel again returns the same HostKernel while the lookup's result is the same.
+    The lookup (dispatch in the task's world, the compiled-code cache, the kernel for the
+    context) runs through ``cached_lookup`` with key (context, build options); a hit takes no
+    lock and hashes nothing. ``tt`` excludes a kernel instance's captured values; Python
+    ``int``/``float``/``bool`` in it stand for the weak types. Looking up a plain kernel again
+    returns the same HostKernel while the lookup's result is the same.
     """
-    if queue is None:
-        queue = _default_queue
-    # The front entry: the newest lookup of f (see kernels.set_front), checked here inline.
-    try:
-        w, q, t, linked, hk = f.front
-    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
-        w, q, t, linked, hk = NO_FRONT
-    if w is _WORLD[0] and q is queue and (t is tt or t == tt) and not compiler_kwargs:
-        if hk is not None:
-            return hk
-        if isinstance(f, KernelInstance):  # the live f with the cached result
-            return HostKernel(f, t, linked, q)
-    return _front_miss(f, tt, queue, compiler_kwargs, True)[1]
+    return _launcher.function(f, tt, queue, compiler_kwargs)
 
 
-def launch(
-    f: Any,
-    /,
-    *args: Any,
-    global_size: Any,
-    local_size: Any = None,
-    queue: cl.CommandQueue | None = None,
-    **compiler_kwargs: Any,
-) -> cl.Event:
-    """Launch kernel ``f`` (a kernel or kernel instance) on ``args``: ``typeof`` of each
-    argument, the cached lookup, then the signature's launcher. Returns the ``pyopencl.Event``.
+launch = _launcher.launch
+launch.__doc__ = """``launch(f, *args, global_size, local_size=None, global_offset=None,
+wait_for=None, queue=None, **compiler_kwargs)``: launch kernel ``f`` (a kernel or kernel
+instance) on ``args`` and return the ``pyopencl.Event``.
 
-    ``global_size``/``local_size`` are an int or up to 3 ints (``local_size=None`` lets OpenCL
-    choose); ``queue`` defaults to :func:`default_queue`; ``options=(...)`` are build options.
-    """
-    if queue is None:
-        queue = _default_queue
-    tt = tuple(map(typeof, args))
-    try:
-        w, q, t, linked, _ = f.front  # f's newest lookup (see kernels.set_front), checked inline
-    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
-        w, q, t, linked, _ = NO_FRONT
-    if not (w is _WORLD[0] and q is queue and t == tt) or compiler_kwargs:
-        if queue is None:
-            queue = default_queue()
-        linked = _front_miss(f, tt, queue, compiler_kwargs, False)[0]
-    if type(f) is Kernel:
-        params = args
-    elif isinstance(f, KernelInstance):
-        params = f.values + args
-    else:  # a kernel instance's type has its front entry too, but is not a kernel
-        raise _definitions.not_a_kernel(f)
-    if type(global_size) is not tuple:
-        global_size = _work_size(global_size, "global_size")
-    if local_size is not None and type(local_size) is not tuple:
-        local_size = _work_size(local_size, "local_size")
-    return linked.launch(queue, global_size, local_size, params)
+``global_size``/``local_size``/``global_offset`` are an int or up to 3 ints (``local_size=None``
+lets OpenCL choose); ``wait_for`` is a list of events to wait for; ``queue`` defaults to
+:func:`default_queue`; ``options=(...)`` are build options (the one compiler keyword)."""
+launch.__module__ = __name__
+_site = _launcher.site  # the one call site of the cached lookup (tests count its misses)

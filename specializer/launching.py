@@ -1,0 +1,333 @@
+"""The launch path, written once for every back-end: ``launch``, the ``clfunction``-style
+lookup and the ``HostKernel`` call, generated per signature from ``templates/entry.py.j2``.
+
+A back-end subclasses :class:`Launcher` and supplies only what is its own:
+
+- ``typeof(value)`` and :meth:`Launcher.kinds`: each argument type's *guard* (what tells, on
+  the fast path, that a value has that type: its class, and its dtype) and *kind* (how the
+  back-end sets it), with the values its template needs;
+- ``template``: its template, extending ``entry.py.j2`` with how to set the arguments and
+  enqueue (the ``launch`` block), and how a launch finds its *where*, the thing a front entry
+  is published for (the queue, the context key);
+- ``options``/``defaults``: its launch options; :meth:`Launcher.resolve` (the where of a
+  launch, with an option left to its default filled in) and :meth:`Launcher.key` (the lookup
+  key for a where and compiler kwargs, which also refuses unknown kwargs);
+- ``link(F, tt, key)``: the uncached lookup (usually :func:`specializer.kernels.uncached_lookup`),
+  whose result is a linked kernel with a ``bound`` dict the core fills.
+
+The core does what every back-end must get right, so none has to:
+
+- a kernel of another back-end is refused (each back-end's front entries live under an
+  attribute of its own, ``front_attr``; a kernel without one takes the slow path, which checks);
+- a kernel instance's type is not a kernel (its entry checks the instance's class);
+- a kernel instance's captured values come first, from the live instance, on every launch;
+- one world from dispatch to enqueue: a front entry is published only for the world its lookup
+  ran in, and only when that world is still the latest after the lookup (so never while a task
+  is pinned, a compile hook is active or precompile mode is on, nor when the world rose);
+- a plain kernel's HostKernel is the same object while its lookup's result is the same.
+
+The hit path of a launch is ``launch`` (generated from ``launch.py.j2``) loading the kernel's
+front entry and calling it: the entry compares the world, the where and the compiler kwargs,
+unpacks the arguments, checks each one's class (and dtype), and sets and enqueues. It calls
+no ``typeof`` and builds no type tuple. Anything else is :meth:`Launcher.miss`: ``typeof`` of
+each argument, the cached lookup (``cached_lookup``, through
+:class:`~specializer.kernels.LookupSite`), a new front entry, and the launch.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from . import codegen
+from . import world as _world
+from .kernels import Definitions, Kernel, KernelInstance, LookupSite
+from .types import WEAK, type_name
+
+__all__ = ["HostKernel", "Launcher", "signature"]
+
+
+def signature(name: str, tt: Iterable[type]) -> str:
+    """``name(T1, T2, ...)`` for messages."""
+    return f"{name}({', '.join(type_name(t) for t in tt)})"
+
+
+class HostKernel(functools.partial):
+    """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
+    to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
+
+    It is a ``functools.partial`` of its signature's generated call, so calling it costs one
+    Python call (on CPython 3.12 and later a subclass keeps the vectorcall path). ``f`` is the
+    live kernel or kernel instance (whose captured values come first on every call),
+    ``linked`` the lookup's result.
+    """
+
+    f: Any
+    tt: tuple[type, ...]
+    linked: Any
+    where: Any
+
+    def __new__(
+        cls, call: Callable[..., Any], f: Any, where: Any, tt: tuple[type, ...], linked: Any
+    ) -> HostKernel:
+        self = super().__new__(cls, call, f, where)
+        self.f = f
+        self.tt = tt
+        self.linked = linked
+        self.where = where
+        return self
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {signature(self.linked.name, self.tt)} of {self.f!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a HostKernel holds device handles and cannot be pickled: pickle the kernel and "
+            "look it up again in the other process"
+        )
+
+
+_factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_factories_lock = threading.Lock()
+
+
+class Launcher:
+    """A back-end's launch path (see the module docstring for what a back-end supplies)."""
+
+    #: the back-end's template, extending ``entry.py.j2``
+    template: ClassVar[str]
+    #: launch option names, in order, and each one's default: "required", "none", "zero", "false"
+    options: ClassVar[tuple[str, ...]]
+    defaults: ClassVar[tuple[str, ...]]
+    #: the attribute of a kernel (or kernel instance type) that holds this back-end's front
+    #: entry; its HostKernel memo is ``front_attr + "_host"``
+    front_attr: ClassVar[str]
+    #: what the lookup's result is an instance of (checked on a miss)
+    V: ClassVar[type]
+    #: the HostKernel class this back-end returns
+    host_class: ClassVar[type[HostKernel]] = HostKernel
+    #: the name launch and lookup messages use ("launch", "clfunction")
+    lookup_name: ClassVar[str] = "the lookup"
+
+    def __init__(self, definitions: Definitions) -> None:
+        self.definitions = definitions
+        self.typeof = definitions.typeof
+        self._host_attr = self.front_attr + "_host"
+        self.site = LookupSite(definitions, self.V, self.link)
+        self.launch = codegen.generate(
+            "launch.py.j2",
+            (type(self).__name__, "launch"),
+            {"_miss": self.miss},
+            f"{type(self).__name__}: launch(f, *args, {', '.join(self.options)})",
+            options=list(self.options),
+            defaults=list(self.defaults),
+            attr=self.front_attr,
+        )
+
+    # -- what a back-end supplies -----------------------------------------------------------
+
+    def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+        """The uncached lookup of (F, tt) for ``key``; its result has a ``bound`` dict."""
+        raise NotImplementedError
+
+    def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        """The where of a launch with options ``opts``, and ``opts`` with it filled in."""
+        raise NotImplementedError
+
+    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
+        """The lookup key for ``where`` and compiler kwargs ``kw`` (refusing unknown ones)."""
+        raise NotImplementedError
+
+    def kinds(
+        self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
+    ) -> tuple[list[str], list[str], dict[str, Any]]:
+        """For lookup types ``tt`` (captured ones first) and the concrete types they took
+        (``resolved``): the guard of each launch argument, the back-end's kind of each
+        parameter, and the globals its template needs besides ``_C<i>``/``_D<i>``."""
+        raise NotImplementedError
+
+    def guard_of(self, t: type) -> tuple[str, type, Any]:
+        """The guard of argument type ``t``: (guard kind, class, dtype or None)."""
+        raise NotImplementedError
+
+    # -- the core ---------------------------------------------------------------------------
+
+    def argtypes(self, args: tuple[Any, ...]) -> tuple[type, ...]:
+        """``typeof`` of each argument; an error names the argument's position."""
+        typeof = self.typeof
+        try:
+            return tuple(map(typeof, args))
+        except (TypeError, ValueError):
+            pass
+        out = []
+        for i, a in enumerate(args):
+            try:
+                out.append(typeof(a))
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"argument {i}: {e}") from None
+        return tuple(out)
+
+    def tt_of(self, tt: Any) -> tuple[type, ...]:
+        """Argument types as given to a lookup: a tuple (or sequence) of types, with Python's
+        ``int``, ``float`` and ``bool`` standing for their weak types."""
+        if isinstance(tt, type) or not isinstance(tt, (tuple, list)):
+            raise TypeError(
+                f"{self.lookup_name} takes a tuple of argument types (use typeof(value) for a "
+                f"value's), got {tt!r}"
+            )
+        out = []
+        for t in tt:
+            if not isinstance(t, type):
+                raise TypeError(
+                    f"{self.lookup_name} takes argument types, not values: got a "
+                    f"{type(t).__module__}.{type(t).__qualname__} in tt; pass typeof(value) "
+                    "for a value's type"
+                )
+            out.append(WEAK.get(t, t))
+        return tuple(out)
+
+    def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
+        """``(run, front, call)`` of lookup types ``tt`` for ``linked`` (made once): the slow
+        path's launch, the maker of front entries, and the HostKernel call."""
+        instance = F.__class__ is not Kernel
+        b = linked.bound.get((tt, instance))
+        if b is None:
+            captured = _captured(F)
+            factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
+            b = linked.bound.setdefault(
+                (tt, instance), factory(linked, self.miss, self.mismatch)
+            )
+        return b
+
+    def _factory(
+        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
+    ) -> Callable[..., Any]:
+        ident = (type(self), full, resolved, ncaptured, instance)
+        factory = _factories.get(ident)
+        if factory is not None:
+            return factory
+        with _factories_lock:
+            factory = _factories.get(ident)
+            if factory is None:
+                guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
+                namespace = {"_WORLD": _world.WORLD, "_ndarray": np.ndarray, **namespace}
+                for i, t in enumerate(full[ncaptured:], ncaptured):
+                    _, cls, dtype = self.guard_of(t)
+                    namespace[f"_C{i}"] = cls
+                    namespace[f"_D{i}"] = dtype
+                factory = codegen.generate(
+                    self.template,
+                    (type(self).__name__, *(type_name(t) for t in full)),
+                    namespace,
+                    f"{type(self).__name__} launch path for ({', '.join(map(type_name, full))})",
+                    captured=ncaptured,
+                    instance=instance,
+                    guards=guards,
+                    kinds=kinds,
+                    options=list(self.options),
+                    defaults=list(self.defaults),
+                )
+                _factories[ident] = factory
+        return factory
+
+    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict) -> Any:
+        """A launch that its front entry does not hold: type the arguments, look up, publish
+        a new front entry, launch."""
+        F = self.definitions.kernel_type(f)
+        self.definitions.own(F)
+        where, opts = self.resolve(opts)
+        tt = self.argtypes(args)
+        key = self.key(where, kw)
+        w = _world.WORLD[0]  # before the lookup: see _publish
+        linked = self.site.lookup(F, tt, key)
+        run, front, _ = self.bound(linked, tt, F)
+        self._publish(F, w, where, kw, front)
+        return run(args if F is f else f.values + args, *opts)
+
+    def _publish(self, F: Any, w: Any, where: Any, kw: dict, front: Any) -> None:
+        # Only for the world the lookup ran in, and only if that is still the latest world:
+        # not while a pin, a hook or precompile mode is on (w is None then, or WORLD[0] is by
+        # now), nor when a definition raised the world during the lookup.
+        if w is not None and _world.WORLD[0] is w:
+            kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
+            entry = front(w, where, kw, F)
+            # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
+            # that reading it through an instance does not bind the instance to it.
+            setattr(F, self.front_attr, entry if F.__class__ is Kernel else staticmethod(entry))
+
+    def mismatch(self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
+        """A HostKernel call whose arguments failed its guard: launch if they have its types
+        after all (a numpy scalar subclass, an equal dtype), else say which types it takes."""
+        F = self.definitions.kernel_type(f)
+        tt = self.argtypes(args)
+        b = linked.bound.get((tt, F is not f))
+        if b is not None:
+            return b[0](args if F is f else f.values + args, *opts)
+        raise TypeError(
+            f"a HostKernel of {signature(linked.name, linked.tt)} was called with arguments of "
+            f"types ({', '.join(map(type_name, tt))}), not the types it was looked up for; look "
+            f"it up for those with {self.lookup_name}, or use launch(f, *args, ...), which "
+            "looks up what it is given"
+        )
+
+    def function(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
+        """The lookup of ``f`` (a kernel or kernel instance) for types ``tt`` in a where
+        (``where_opt`` is the launch option that selects it), as a HostKernel."""
+        try:
+            w, where, t, linked, hk = getattr(f, self._host_attr)
+        except (AttributeError, TypeError, ValueError):
+            w = None
+        if (
+            w is not None
+            and w is _world.WORLD[0]
+            and where is self.current_where(where_opt)
+            and (t is tt or t == tt)
+            and not kw
+        ):
+            if hk is not None:
+                return hk
+            if isinstance(f, KernelInstance):  # the live instance with the cached result
+                return self.host_class(linked.bound[t, True][2], f, where, t, linked)
+        return self._function_miss(f, tt, where_opt, kw)
+
+    def _function_miss(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
+        F = self.definitions.kernel_type(f)
+        self.definitions.own(F)
+        tt = self.tt_of(tt)
+        where = self.resolve_where(where_opt)
+        key = self.key(where, kw)
+        w = _world.WORLD[0]
+        linked = self.site.lookup(F, tt, key)
+        call = self.bound(linked, tt, F)[2]
+        hk = None
+        if F is f:  # a plain kernel keeps its HostKernel while the lookup's result is the same
+            try:
+                _, old_where, old_tt, old_linked, hk = getattr(F, self._host_attr)
+            except (AttributeError, TypeError, ValueError):
+                hk = None
+            if hk is not None and not (
+                old_linked is linked and old_where is where and old_tt == tt
+            ):
+                hk = None
+        if hk is None:
+            hk = self.host_class(call, f, where, tt, linked)
+        if not kw and w is not None and _world.WORLD[0] is w:
+            setattr(F, self._host_attr, (w, where, tt, linked, hk if F is f else None))
+        return hk
+
+    def resolve_where(self, where_opt: Any) -> Any:
+        """The where a lookup given ``where_opt`` (None: the default) is for."""
+        raise NotImplementedError
+
+    def current_where(self, where_opt: Any) -> Any:
+        """:meth:`resolve_where` as cheaply as it can be known, or anything that is no where
+        (``None``) when it cannot be without work: the lookup's fast path compares it."""
+        raise NotImplementedError
+
+
+def _captured(F: Any) -> tuple[type, ...]:
+    return () if isinstance(F, Kernel) else F.captured
