@@ -28,6 +28,7 @@ from . import precompile
 
 __all__ = [
     "GeneratedSource",
+    "add_template_dir",
     "generate",
     "generated_sources",
     "identifier",
@@ -45,8 +46,9 @@ def _templates_dir() -> Path:
     raise ImportError(f"specializer's templates are missing (looked in {here / 'templates'})")
 
 
+_loader = jinja2.FileSystemLoader(str(_templates_dir()))
 _env = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(str(_templates_dir())),
+    loader=_loader,
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
@@ -103,6 +105,17 @@ def _check_param(key: str, value: object) -> None:
         f"template parameter {key}={value!r} is not an identifier, an int or a bool: "
         "values must be bound as defaults or globals, never rendered into source"
     )
+
+
+def add_template_dir(path: str | os.PathLike[str]) -> None:
+    """Let templates be found in ``path`` too (after ``templates/``): a back-end that lives
+    outside this package keeps its template (which extends ``entry.py.j2``) beside itself."""
+    d = str(Path(path).resolve())
+    if not Path(d).is_dir():
+        raise NotADirectoryError(f"no template directory {d}")
+    with _lock:
+        if d not in _loader.searchpath:
+            _loader.searchpath.append(d)
 
 
 def render(template: str, **params: Any) -> str:
