@@ -2,12 +2,15 @@
 parameter buffers and launchers, and the error when no GPU or driver is present."""
 
 import ctypes
+import json
+import os
 import re
 import subprocess
 import sys
 import textwrap
 import threading
-import types
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +26,17 @@ from specializer.backends.cuda import _params
 
 ARCH = "sm_90"
 A = cuda.Array
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _own_disk_cache(tmp_path_factory):
+    """This module's own disk cache of NVRTC output, never the user's (tests that check the
+    cache itself set their own directory)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path_factory.mktemp("nvrtc-cache")))
+        yield
+
+
 SCALARS = [
     np.bool_,
     np.int8,
@@ -250,7 +264,9 @@ def test_compiler_kwargs_change_the_code_and_unknown_ones_are_a_type_error():
     fast = cuda.code_ptx(divide, tt, arch=ARCH, fastmath=True)
     assert "div.rn.f32" in precise and "div.rn.f32" not in fast
     assert cuda.code_ptx(divide, tt, arch=ARCH, options=["--use_fast_math"]) == fast
-    with pytest.raises(TypeError, match=r"unknown compiler keyword.*fast_math.*accepted: arch"):
+    with pytest.raises(
+        TypeError, match=r"unknown keyword argument.*fast_math.*compiler options are arch"
+    ):
         cuda.code_ptx(divide, tt, arch=ARCH, fast_math=True)
     with pytest.raises(TypeError, match="fastmath= is a bool"):
         cuda.code_ptx(divide, tt, arch=ARCH, fastmath="yes")
@@ -278,9 +294,11 @@ class FakeCAI:
 
 
 def test_typeof_maps_python_and_numpy_scalars_and_device_arrays():
-    assert cuda.typeof(1) is np.int64
-    assert cuda.typeof(1.5) is np.float64
-    assert cuda.typeof(True) is np.bool_
+    from specializer.types import Weak
+
+    assert cuda.typeof(1) is Weak[int]  # weak: takes the type the method declares
+    assert cuda.typeof(1.5) is Weak[float]
+    assert cuda.typeof(True) is Weak[bool]
     for t in SCALARS:
         assert cuda.typeof(t(1)) is t
     assert cuda.typeof(FakeCAI("<f4")) is A[np.float32]
@@ -289,14 +307,14 @@ def test_typeof_maps_python_and_numpy_scalars_and_device_arrays():
     assert issubclass(cuda.typeof(FakeCAI("<f8")), A[np.floating])
 
 
-@pytest.mark.parametrize("value", ["text", None, [1.0], np.float16(1), 1j, np.zeros(3)])
+@pytest.mark.parametrize("value", ["text", None, [1.0], np.longdouble(1), 1j, np.zeros(3)])
 def test_typeof_rejects_other_values_naming_the_type_and_what_is_accepted(value):
     with pytest.raises(TypeError, match=rf"{type(value).__qualname__}.*accepted are Python bool"):
         cuda.typeof(value)
 
 
 def test_typeof_rejects_strided_masked_and_non_numeric_device_arrays():
-    with pytest.raises(TypeError, match="non-contiguous"):
+    with pytest.raises(ValueError, match="non-contiguous"):
         cuda.typeof(FakeCAI("<f4", shape=(4,), strides=(8,)))
     with pytest.raises(TypeError, match="masked"):
         cuda.typeof(FakeCAI("<f4", mask=object()))
@@ -321,7 +339,8 @@ def test_ctype_spells_each_scalar_type_in_cuda_c():
     }
     assert cuda.ctype(np.dtype("float32")) == "float"
     assert cuda.ctype(A[np.int16].dtype) == "short"
-    for bad in (np.floating, np.number, np.float16, np.complex64, str):
+    assert cuda.ctype(np.float16) == "__half"
+    for bad in (np.floating, np.number, np.longdouble, np.complex64, str):
         with pytest.raises(TypeError):
             cuda.ctype(bad)
 
@@ -359,21 +378,38 @@ class Recorder:
 
 
 class Fun:
-    """The fields of a LinkedKernel a launcher reads."""
+    """The fields of a LinkedKernel the launch path reads."""
 
     name = "k"
     context = None
     function = object()
 
+    def __init__(self, tt):
+        self.tt = tt
+        self.bound = {}
 
-def with_driver(fn, launch):
-    """The launcher ``fn`` calling ``launch`` where it calls cuLaunchKernel."""
-    return types.FunctionType(fn.__code__, {**fn.__globals__, "_launch": launch}, fn.__name__)
+
+def with_driver(tt, launch, lookup_tt=None):
+    """The launch path's ``run`` for concrete types ``tt`` (looked up as ``lookup_tt``), calling
+    ``launch`` where it calls cuLaunchKernel: ``fn(grid, block, shared_mem, stream, args)``."""
+    factory = cuda._launch._launcher._factory(tt if lookup_tt is None else lookup_tt, tt, 0, False)
+    run = factory(Fun(tt), None, None)[0]
+
+    def fn(grid, block, shared_mem, stream, args, cooperative=False):
+        glb = factory.__globals__
+        saved, glb["_launch"] = glb["_launch"], launch
+        try:
+            return run(args, grid, block, stream, shared_mem, cooperative)
+        finally:
+            glb["_launch"] = saved
+
+    return fn
 
 
 def launch_recorded(tt, *args, grid=1, block=1, stream=None, shared_mem=0):
     rec = Recorder(tt)
-    with_driver(_params.launcher(tt), rec)(Fun, grid, block, shared_mem, stream, args)
+    lookup_tt = tuple(cuda.typeof(a) for a in args) if len(args) == len(tt) else tt
+    with_driver(tt, rec, lookup_tt)(grid, block, shared_mem, stream, args)
     return rec.calls[0]
 
 
@@ -440,15 +476,15 @@ def test_a_driver_error_from_the_launch_names_the_kernel_and_frees_the_buffer():
         calls.append(args[9])
         return (driver.CUresult.CUDA_ERROR_INVALID_VALUE,)
 
-    fn = with_driver(_params.launcher(tt), failing)
+    fn = with_driver(tt, failing)
     with pytest.raises(
         cuda.CUDAError,
         match=r"cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE"
         r".*kernel k with grid=1, block=2048",
     ):
-        fn(Fun, 1, 2048, 0, None, (np.float32(1),))
+        fn(1, 2048, 0, None, (np.float32(1),))
     with pytest.raises(cuda.CUDAError):
-        fn(Fun, 1, 2048, 0, None, (np.float32(1),))
+        fn(1, 2048, 0, None, (np.float32(1),))
     assert calls[0] == calls[1]  # the buffer went back to the pool and was taken again
 
 
@@ -465,10 +501,10 @@ def test_launcher_rejects_bad_launch_configurations_and_out_of_range_ints():
         launch_recorded(tt, 1, block=2.0)
     with pytest.raises(TypeError, match="stream= takes"):
         launch_recorded(tt, 1, stream="default")
-    with pytest.raises(OverflowError, match="does not fit"):
+    with pytest.raises(OverflowError, match=r"does not fit np\.int64 .*parameter 0 of kernel k"):
         launch_recorded(tt, 2**63)
     with pytest.raises(ValueError, match="too many values"):  # one argument too many
-        _params.launcher(tt)(Fun, 1, 1, 0, None, (1, 2))
+        with_driver(tt, None)(1, 1, 0, None, (1, 2))
 
 
 def test_concurrent_launches_of_one_signature_each_pass_their_own_values():
@@ -483,12 +519,12 @@ def test_concurrent_launches_of_one_signature_each_pass_their_own_values():
         (seen if second == -first else bad).append(first)
         return (0,)
 
-    fn = with_driver(_params.launcher(tt), driver)  # the same buffer pool
+    fn = with_driver(tt, driver)  # the same buffer pool
 
     def worker(k):
         for j in range(100):
             v = k * 1000 + j
-            fn(Fun, 1, 1, 0, None, (v, -v))
+            fn(1, 1, 0, None, (v, -v))
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(1, 5)]
     for t in threads:
@@ -500,11 +536,12 @@ def test_concurrent_launches_of_one_signature_each_pass_their_own_values():
 
 def test_launcher_source_is_generated_per_signature_and_holds_no_values():
     tt = (A[np.uint8], np.uint8, np.float32)
-    fn = _params.launcher(tt)
-    assert _params.launcher(tt) is fn
-    (gen,) = [g for g in specializer.generated_sources() if g.name == fn.__name__]
-    assert gen.template == "cuda_launch.py.j2"
-    assert "v.a2 = a2" in gen.source and "_launch(fun.function" in gen.source
+    launcher = cuda._launch._launcher
+    factory = launcher._factory(tt, tt, 0, False)
+    assert launcher._factory(tt, tt, 0, False) is factory
+    (gen,) = [g for g in specializer.generated_sources() if g.name == factory.__name__]
+    assert gen.template == "cuda_entry.py.j2"
+    assert "v.a2 = a2" in gen.source and "_launch(_function" in gen.source
     assert "0x" not in gen.source and "np." not in gen.source  # names and counts only
 
 
@@ -549,3 +586,991 @@ def test_importing_the_cuda_back_end_does_not_touch_the_driver():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "0"
+
+
+# -- kernels shaped like real programs (NVIDIA's cuda-samples, CuPy's tests and examples) ------
+#
+# Each is written here after what the program includes, declares and launches; without a GPU
+# each checks its PTX: the .entry names, the parameter lists, .shared and .const declarations.
+
+from specializer import device_code  # noqa: E402
+from specializer.backends.cuda import _compiler, _diskcache, _types  # noqa: E402
+from specializer.backends.cuda._compiler import KernelSource  # noqa: E402
+
+_ENTRY = re.compile(r"\.(?:visible|weak) \.entry (\S+)\(([^)]*)\)")
+
+
+def entries(ptx):
+    """{name: [parameter types]} of every .entry in ``ptx``."""
+    return {m[0]: re.findall(r"\.param (\.\w+)", m[1]) for m in _ENTRY.findall(ptx)}
+
+
+def shared_bytes(ptx):
+    """The sizes of the static .shared arrays in ``ptx``."""
+    return sorted(int(n) for n in re.findall(r"\.shared \.align \d+ \.b8 \S+?\[(\d+)\]", ptx))
+
+
+def compiled_entry(f, tt, **kw):
+    """The lowered name of the entry the artifact of ``f`` for ``tt`` loads."""
+    seen = []
+    with device_code(lambda job, art: seen.append(art)):
+        cuda.code_ptx(f, tt, arch=ARCH, **kw)
+    return seen[-1].entry
+
+
+def test_toolkit_header_directories_are_found_and_given_to_nvrtc():
+    dirs = _compiler.toolkit_include_dirs()
+    assert any(os.path.isfile(os.path.join(d, "cuda_fp16.h")) for d in dirs)
+    assert any(os.path.isfile(os.path.join(d, "cooperative_groups.h")) for d in dirs)
+    assert any(os.path.isfile(os.path.join(d, "cuda", "std", "version")) for d in dirs)
+
+
+@cuda.kernel
+def vector_add(a: A[np.float32], b: A[np.float32], c: A[np.float32], n: np.int32) -> str:
+    # vectorAdd_nvrtc: one element per thread, extern "C", an int count
+    return """extern "C" __global__ void vector_add(const float *a, const float *b, float *c,
+                                                    int n) {
+        int i = blockDim.x * blockIdx.x + threadIdx.x;
+        if (i < n) c[i] = a[i] + b[i];
+    }"""
+
+
+def test_vector_add_nvrtc():
+    ptx = cuda.code_ptx(vector_add, (A[np.float32],) * 3 + (np.int32,), arch=ARCH)
+    assert entries(ptx) == {"vector_add": [".u64", ".u64", ".u64", ".u32"]}
+    assert has(ptx, "add", "f32")
+
+
+MATRIX_MUL = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// one BLOCK x BLOCK tile of C per block, through shared-memory tiles of A and B
+template <int BLOCK, typename Index>
+__device__ void tile_product(float *C, const float *A, const float *B, Index wA, Index wB) {
+    cg::thread_block block = cg::this_thread_block();
+    __shared__ float a_tile[BLOCK][BLOCK];
+    __shared__ float b_tile[BLOCK][BLOCK];
+    const Index row = blockIdx.y * BLOCK + threadIdx.y, col = blockIdx.x * BLOCK + threadIdx.x;
+    float acc = 0.0f;
+    for (Index t = 0; t < wA; t += BLOCK) {
+        a_tile[threadIdx.y][threadIdx.x] = A[row * wA + t + threadIdx.x];
+        b_tile[threadIdx.y][threadIdx.x] = B[(t + threadIdx.y) * wB + col];
+        cg::sync(block);
+#pragma unroll
+        for (int k = 0; k < BLOCK; ++k) acc += a_tile[threadIdx.y][k] * b_tile[k][threadIdx.x];
+        cg::sync(block);
+    }
+    C[row * wB + col] = acc;
+}
+
+extern "C" __global__ void matrixMul_bs16_32bit(float *C, float *A, float *B, int wA, int wB) {
+    tile_product<16, int>(C, A, B, wA, wB);
+}
+
+extern "C" __global__ void matrixMul_bs32_64bit(float *C, float *A, float *B, size_t wA,
+                                                size_t wB) {
+    tile_product<32, size_t>(C, A, B, wA, wB);
+}
+"""
+
+
+@cuda.kernel
+def matrix_mul(
+    c: A[np.float32], a: A[np.float32], b: A[np.float32], wa: np.integer, wb: np.integer
+):
+    # matrixMul_nvrtc: one file, two kernels; the method picks one by its index type
+    wide = np.dtype(wa).itemsize == 8
+    return KernelSource(
+        MATRIX_MUL, entry="matrixMul_bs32_64bit" if wide else "matrixMul_bs16_32bit"
+    )
+
+
+def test_matrix_mul_nvrtc_with_cooperative_groups_and_an_entry_among_two_kernels():
+    arrays = (A[np.float32],) * 3
+    ptx = cuda.code_ptx(matrix_mul, (*arrays, np.int32, np.int32), arch=ARCH)
+    assert entries(ptx) == {
+        "matrixMul_bs16_32bit": [".u64", ".u64", ".u64", ".u32", ".u32"],
+        "matrixMul_bs32_64bit": [".u64"] * 5,
+    }
+    assert shared_bytes(ptx) == [16 * 16 * 4] * 2 + [32 * 32 * 4] * 2
+    assert compiled_entry(matrix_mul, (*arrays, np.int32, np.int32)) == "matrixMul_bs16_32bit"
+    assert compiled_entry(matrix_mul, (*arrays, np.uint64, np.uint64)) == "matrixMul_bs32_64bit"
+
+
+@cuda.kernel
+def atomics(out: A[np.int32]) -> str:
+    # simpleAtomicIntrinsics_nvrtc: every atomic of the runtime on one int array
+    return """extern "C" __global__ void atomics(int *out) {
+        const unsigned int t = blockDim.x * blockIdx.x + threadIdx.x;
+        atomicAdd(&out[0], 10);
+        atomicSub(&out[1], 10);
+        atomicExch(&out[2], (int)t);
+        atomicMax(&out[3], (int)t);
+        atomicMin(&out[4], (int)t);
+        atomicInc((unsigned int *)&out[5], 17u);
+        atomicDec((unsigned int *)&out[6], 137u);
+        atomicCAS(&out[7], (int)t - 1, (int)t);
+        atomicAnd(&out[8], 2 * (int)t + 7);
+        atomicOr(&out[9], 1 << (t % 32));
+        atomicXor(&out[10], (int)t);
+    }"""
+
+
+def test_simple_atomic_intrinsics_nvrtc():
+    ptx = cuda.code_ptx(atomics, (A[np.int32],), arch=ARCH)
+    assert entries(ptx) == {"atomics": [".u64"]}
+    for op in ("add", "exch", "max", "min", "inc", "dec", "cas", "and", "or", "xor"):
+        assert re.search(rf"\b(atom|red)(\.\w+)*\.{op}\b", ptx), op
+
+
+@cuda.kernel
+def transposeNoBankConflicts(out: A[np.float32], inp: A[np.float32], w: np.int32, h: np.int32):
+    # transpose: a C++ kernel (mangled entry), a padded shared tile, cooperative groups
+    return r"""
+    #include <cooperative_groups.h>
+    namespace cg = cooperative_groups;
+    #define TILE 16
+    __global__ void transposeNoBankConflicts(float *out, const float *in, int w, int h) {
+        cg::thread_block block = cg::this_thread_block();
+        __shared__ float tile[TILE][TILE + 1];   // +1: columns fall in different banks
+        int x = blockIdx.x * TILE + threadIdx.x, y = blockIdx.y * TILE + threadIdx.y;
+        if (x < w && y < h) tile[threadIdx.y][threadIdx.x] = in[y * w + x];
+        cg::sync(block);
+        x = blockIdx.y * TILE + threadIdx.x;
+        y = blockIdx.x * TILE + threadIdx.y;
+        if (x < h && y < w) out[y * h + x] = tile[threadIdx.x][threadIdx.y];
+    }"""
+
+
+def test_transpose_cxx_kernel_with_a_padded_shared_tile():
+    ptx = cuda.code_ptx(transposeNoBankConflicts, (A[np.float32],) * 2 + (np.int32,) * 2, arch=ARCH)
+    ((name, params),) = entries(ptx).items()
+    assert name == "_Z24transposeNoBankConflictsPfPKfii"
+    assert params == [".u64", ".u64", ".u32", ".u32"]
+    assert shared_bytes(ptx) == [16 * 17 * 4]
+
+
+@cuda.kernel
+def scalarProductKernel_intrinsics(
+    a: A[np.float16], b: A[np.float16], results: A[np.float32], size: np.uint64
+) -> str:
+    # fp16ScalarProduct: "cuda_fp16.h" in quotes, half2 pointers, __hfma2, a shared reduction
+    return r"""
+    #include "cuda_fp16.h"
+    #define THREADS 128
+    __forceinline__ __device__ void halve_into_first(half2 *v) {
+        for (int s = THREADS / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s) v[threadIdx.x] = __hadd2(v[threadIdx.x], v[threadIdx.x + s]);
+            __syncthreads();
+        }
+    }
+    __global__ void scalarProductKernel_intrinsics(half2 const *const a, half2 const *const b,
+                                                   float *const results, size_t const size) {
+        __shared__ half2 partial[THREADS];
+        half2 acc = __float2half2_rn(0.f);
+        for (size_t i = blockIdx.x * blockDim.x + threadIdx.x; i < size;
+             i += gridDim.x * blockDim.x)
+            acc = __hfma2(a[i], b[i], acc);
+        partial[threadIdx.x] = acc;
+        __syncthreads();
+        halve_into_first(partial);
+        if (threadIdx.x == 0)
+            results[blockIdx.x] = __low2float(partial[0]) + __high2float(partial[0]);
+    }"""
+
+
+def test_fp16_scalar_product_includes_cuda_fp16():
+    tt = (A[np.float16], A[np.float16], A[np.float32], np.uint64)
+    ptx = cuda.code_ptx(scalarProductKernel_intrinsics, tt, arch=ARCH)
+    ((name, params),) = entries(ptx).items()
+    assert name.startswith("_Z30scalarProductKernel_intrinsics")
+    assert params == [".u64"] * 4
+    assert "fma.rn.f16x2" in ptx
+    assert shared_bytes(ptx) == [128 * 4]
+
+
+@cuda.kernel
+def axpy_half(a: np.float16, x: A[np.float16], y: A[np.float16], n: np.int32) -> str:
+    t = cuda.ctype(a)  # __half
+    return f"""#include <cuda_fp16.h>
+    extern "C" __global__ void axpy_half({t} a, const {t} *x, {t} *y, int n) {{
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) y[i] = __hfma(a, x[i], y[i]);
+    }}"""
+
+
+def test_a_float16_scalar_is_a_half_parameter_of_two_bytes():
+    assert cuda.ctype(np.float16) == "__half"
+    assert cuda.typeof(np.float16(1.5)) is np.float16
+    assert _types.param_ctype(np.float16) is ctypes.c_uint16
+    assert _types.half_bits(np.float16(1.0)) == 0x3C00 and _types.half_bits(-2) == 0xC000
+    ptx = cuda.code_ptx(axpy_half, (np.float16, A[np.float16], A[np.float16], np.int32), arch=ARCH)
+    (decl,) = re.findall(r"\.visible \.entry axpy_half\(([^)]*)\)", ptx)
+    first = decl.split(",")[0]
+    assert re.search(r"\.param (\.b16|\.align 2 \.b8) axpy_half_param_0(\[2\])?", first), first
+    assert "fma.rn.f16" in ptx
+    (_, _), (offset, size) = _params.ParamBuffer((np.int8, np.float16)).layout()
+    assert (offset, size) == (2, 2)  # a __half's size and alignment
+
+
+REDUCTION = r"""
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+
+// dynamic shared memory typed as T (one extern array per type would clash)
+template <class T> struct DynamicShared {
+    __device__ operator T *() { extern __shared__ int raw[]; return (T *)raw; }
+};
+template <> struct DynamicShared<double> {
+    __device__ operator double *() { extern __shared__ double raw_d[]; return raw_d; }
+};
+
+template <class T> __device__ __forceinline__ T warp_sum(unsigned int mask, T v) {
+    for (int d = warpSize / 2; d > 0; d /= 2) v += __shfl_down_sync(mask, v, d);
+    return v;
+}
+#if __CUDA_ARCH__ >= 800
+template <> __device__ __forceinline__ int warp_sum<int>(unsigned int mask, int v) {
+    return __reduce_add_sync(mask, v);
+}
+#endif
+
+// sequential addressing in shared memory
+template <class T> __global__ void reduce2(T *in, T *out, unsigned int n) {
+    cg::thread_block block = cg::this_thread_block();
+    T *s = DynamicShared<T>();
+    unsigned int tid = threadIdx.x, i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[tid] = i < n ? in[i] : T(0);
+    cg::sync(block);
+    for (unsigned int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (tid < k) s[tid] += s[tid + k];
+        cg::sync(block);
+    }
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+
+// several elements per thread, then warps
+template <class T, unsigned int blockSize, bool nIsPow2>
+__global__ void reduce7(const T *__restrict__ in, T *__restrict__ out, unsigned int n) {
+    T *s = DynamicShared<T>();
+    unsigned int tid = threadIdx.x, step = blockSize * gridDim.x * (nIsPow2 ? 2 : 1);
+    T sum = 0;
+    for (unsigned int i = blockIdx.x * blockSize * (nIsPow2 ? 2 : 1) + tid; i < n; i += step) {
+        sum += in[i];
+        if (nIsPow2 && i + blockSize < n) sum += in[i + blockSize];
+    }
+    sum = warp_sum<T>(0xffffffffu, sum);
+    if (tid % warpSize == 0) s[tid / warpSize] = sum;
+    __syncthreads();
+    if (tid < blockSize / warpSize)
+        sum = warp_sum<T>(0xffffffffu >> (32 - blockSize / warpSize), s[tid]);
+    if (tid == 0) out[blockIdx.x] = sum;
+}
+"""
+
+
+@cuda.kernel
+def reduce2(x: A[np.number], out: A[np.number], n: np.uint32):
+    return KernelSource(REDUCTION, entry=f"reduce2<{cuda.ctype(x.dtype)}>")
+
+
+@cuda.kernel
+def reduce7(x: A[np.number], out: A[np.number], n: np.uint32):
+    return KernelSource(REDUCTION, entry=f"reduce7<{cuda.ctype(x.dtype)}, 256, true>")
+
+
+def test_reduction_template_kernels_are_instantiated_from_the_concrete_types():
+    for t, code in ((np.float32, "f"), (np.float64, "d"), (np.int32, "i")):
+        tt = (A[t], A[t], np.uint32)
+        ptx = cuda.code_ptx(reduce2, tt, arch=ARCH)
+        assert entries(ptx) == {f"_Z7reduce2I{code}EvPT_S1_j": [".u64", ".u64", ".u32"]}
+        assert compiled_entry(reduce2, tt) == f"_Z7reduce2I{code}EvPT_S1_j"
+    ptx = cuda.code_ptx(reduce7, (A[np.int32], A[np.int32], np.uint32), arch=ARCH)
+    ((name, params),) = entries(ptx).items()
+    assert name.startswith("_Z7reduce7IiLj256ELb1EEvPKT_PS0_j") and params == [".u64"] * 2 + [
+        ".u32"
+    ]
+    assert "redux.sync.add" in ptx  # the sm_80+ specialization for int
+    ptx = cuda.code_ptx(reduce7, (A[np.float32], A[np.float32], np.uint32), arch=ARCH)
+    assert "shfl.sync.down" in ptx
+
+
+@cuda.kernel
+def reduceSinglePassMultiBlockCG(x: A[np.float32], out: A[np.float32], n: np.uint32) -> str:
+    # reductionMultiBlockCG: a grid-wide sync between the per-block and the final sum
+    return r"""
+    #include <cooperative_groups.h>
+    #include <cooperative_groups/reduce.h>
+    namespace cg = cooperative_groups;
+    extern "C" __global__ void reduceSinglePassMultiBlockCG(const float *x, float *out,
+                                                            unsigned int n) {
+        cg::thread_block block = cg::this_thread_block();
+        cg::grid_group grid = cg::this_grid();
+        cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+        extern __shared__ float per_warp[];
+        float sum = 0.0f;
+        for (unsigned long long i = grid.thread_rank(); i < n; i += grid.size()) sum += x[i];
+        sum = cg::reduce(warp, sum, cg::plus<float>());
+        if (warp.thread_rank() == 0) per_warp[warp.meta_group_rank()] = sum;
+        block.sync();
+        if (block.thread_rank() == 0) {
+            float b = 0.0f;
+            for (unsigned int w = 0; w < warp.meta_group_size(); ++w) b += per_warp[w];
+            out[blockIdx.x] = b;
+        }
+        grid.sync();
+        if (grid.thread_rank() == 0) {
+            float total = 0.0f;
+            for (unsigned int k = 0; k < gridDim.x; ++k) total += out[k];
+            out[0] = total;
+        }
+    }"""
+
+
+def test_reduction_multi_block_cg_with_grid_sync():
+    ptx = cuda.code_ptx(
+        reduceSinglePassMultiBlockCG, (A[np.float32], A[np.float32], np.uint32), arch=ARCH
+    )
+    assert entries(ptx) == {"reduceSinglePassMultiBlockCG": [".u64", ".u64", ".u32"]}
+    assert re.search(r"\b(bar|barrier)\.sync\b", ptx)
+
+
+CONVOLUTION = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+#define RADIUS 8
+#define TAPS (2 * RADIUS + 1)
+#define BX 32
+#define BY 4
+
+__constant__ float c_Kernel[TAPS];   // set from the host before the launch
+
+// one output per thread along rows; a block loads its row segment and both halos
+__global__ void convolutionRowsKernel(float *dst, const float *src, int w, int h, int pitch) {
+    cg::thread_block block = cg::this_thread_block();
+    __shared__ float rows[BY][BX + 2 * RADIUS];
+    const int x = blockIdx.x * BX + threadIdx.x, y = blockIdx.y * BY + threadIdx.y;
+    for (int k = threadIdx.x; k < BX + 2 * RADIUS; k += BX) {
+        int sx = blockIdx.x * BX + k - RADIUS;
+        rows[threadIdx.y][k] = (sx >= 0 && sx < w && y < h) ? src[y * pitch + sx] : 0.0f;
+    }
+    cg::sync(block);
+    if (x >= w || y >= h) return;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = -RADIUS; j <= RADIUS; ++j)
+        acc += c_Kernel[RADIUS - j] * rows[threadIdx.y][threadIdx.x + RADIUS + j];
+    dst[y * pitch + x] = acc;
+}
+"""
+
+
+@cuda.kernel
+def convolutionRowsKernel(
+    dst: A[np.float32], src: A[np.float32], w: np.int32, h: np.int32, pitch: np.int32
+):
+    return CONVOLUTION
+
+
+def test_convolution_separable_declares_its_constant_table():
+    tt = (A[np.float32], A[np.float32], np.int32, np.int32, np.int32)
+    ptx = cuda.code_ptx(convolutionRowsKernel, tt, arch=ARCH)
+    ((name, params),) = entries(ptx).items()
+    assert name == "_Z21convolutionRowsKernelPfPKfiii"
+    assert params == [".u64", ".u64", ".u32", ".u32", ".u32"]
+    assert re.search(r"^(\.visible )?\.const \.align 4 \.b8 c_Kernel\[68\];", ptx, re.M)
+    assert _compiler.ptx_globals(ptx) == ["c_Kernel"]
+    assert shared_bytes(ptx) == [4 * (32 + 16) * 4]
+
+
+@cuda.kernel
+def raw_sum(x1: A[np.float32], x2: A[np.float32], y: A[np.float32], n: np.uint32) -> str:
+    # CuPy's RawKernel test: extern "C", an unsigned count
+    return """extern "C" __global__
+    void raw_sum(const float* x1, const float* x2, float* y, unsigned int N) {
+        unsigned int tid = blockDim.x * blockIdx.x + threadIdx.x;
+        if (tid < N) y[tid] = x1[tid] + x2[tid];
+    }"""
+
+
+@cuda.kernel
+def raw_cmul(a: A[np.complex128], b: A[np.complex128], out: A[np.complex128], n: np.int32):
+    # CuPy's RawKernel tests with <cuComplex.h>, and CCCL's complex
+    return r"""
+    #include <cuComplex.h>
+    #include <cuda/std/complex>
+    #include <cuda/std/cstdint>
+    extern "C" __global__ void raw_cmul(const cuDoubleComplex *a, const cuDoubleComplex *b,
+                                        cuDoubleComplex *out, int n) {
+        cuda::std::int32_t i = blockDim.x * blockIdx.x + threadIdx.x;
+        if (i >= n) return;
+        cuda::std::complex<double> z(cuCreal(a[i]), cuCimag(a[i]));
+        z *= cuda::std::complex<double>(cuCreal(b[i]), cuCimag(b[i]));
+        out[i] = cuCadd(make_cuDoubleComplex(z.real(), z.imag()), make_cuDoubleComplex(0, 0));
+    }"""
+
+
+def test_cupy_raw_kernels_extern_c_and_complex_headers():
+    ptx = cuda.code_ptx(raw_sum, (A[np.float32],) * 3 + (np.uint32,), arch=ARCH)
+    assert entries(ptx) == {"raw_sum": [".u64", ".u64", ".u64", ".u32"]}
+    ptx = cuda.code_ptx(raw_cmul, (A[np.complex128],) * 3 + (np.int32,), arch=ARCH)
+    assert entries(ptx) == {"raw_cmul": [".u64", ".u64", ".u64", ".u32"]}
+    assert has(ptx, "mul", "f64")
+
+
+RAW_MODULE = r"""
+extern "C" {
+__constant__ float some_table[100];
+__device__ int calls;
+}
+
+template <typename T> __global__ void my_pow2(T *x, int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = x[i] * x[i] * (T)some_table[i % 100];
+    if (i == 0) atomicAdd(&calls, 1);
+}
+
+namespace ns {
+template <typename T, int Scale> __global__ void scaled(T *x, int n) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= Scale;
+}
+}
+"""
+
+
+@cuda.kernel
+def my_pow2(x: A[np.number], n: np.int32):
+    return KernelSource(RAW_MODULE, entry=f"my_pow2<{cuda.ctype(x.dtype)}>")
+
+
+@cuda.kernel
+def scaled(x: A[np.number], n: np.int32):
+    return KernelSource(RAW_MODULE, entry=f"ns::scaled<{cuda.ctype(x.dtype)}, 3>")
+
+
+def test_cupy_raw_module_templates_namespaces_and_globals():
+    ptx = cuda.code_ptx(my_pow2, (A[np.int32], np.int32), arch=ARCH)
+    assert entries(ptx) == {"_Z7my_pow2IiEvPT_i": [".u64", ".u32"]}
+    assert _compiler.ptx_globals(ptx) == ["some_table", "calls"]
+    assert re.search(r"\.const \.align 4 \.b8 some_table\[400\]", ptx)
+    assert re.search(r"\.global \.align 4 \.u32 calls", ptx)
+    ptx = cuda.code_ptx(my_pow2, (A[np.float64], np.int32), arch=ARCH)
+    assert list(entries(ptx)) == ["_Z7my_pow2IdEvPT_i"]
+    assert compiled_entry(scaled, (A[np.float32], np.int32)) == "_ZN2ns6scaledIfLi3EEEvPT_i"
+
+
+SGEMM = r"""
+// tile sizes come from the options (-DDIM_X=... and so on), as CuPy's gemm example passes them
+#define IDX(r, c, ld) ((r) * (ld) + (c))
+extern "C" __global__ void sgemm(int M, int N, int K, float alpha, const float *A,
+                                 const float *B, float beta, float *C) {
+    __shared__ float sA[BLK_K][BLK_M + 1];
+    __shared__ float sB[BLK_N][BLK_K + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const int row0 = blockIdx.y * BLK_M, col0 = blockIdx.x * BLK_N;
+    float acc[BLK_M / DIM_Y][BLK_N / DIM_X] = {};
+    for (int k0 = 0; k0 < K; k0 += BLK_K) {
+        for (int r = ty; r < BLK_K; r += DIM_Y)
+            for (int c = tx; c < BLK_M; c += DIM_X)
+                sA[r][c] = (row0 + c < M && k0 + r < K) ? A[IDX(row0 + c, k0 + r, K)] : 0.0f;
+        for (int r = ty; r < BLK_N; r += DIM_Y)
+            for (int c = tx; c < BLK_K; c += DIM_X)
+                sB[r][c] = (k0 + c < K && col0 + r < N) ? B[IDX(k0 + c, col0 + r, N)] : 0.0f;
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BLK_K; ++k)
+#pragma unroll
+            for (int i = 0; i < BLK_M / DIM_Y; ++i)
+#pragma unroll
+                for (int j = 0; j < BLK_N / DIM_X; ++j)
+                    acc[i][j] += sA[k][ty + i * DIM_Y] * sB[tx + j * DIM_X][k];
+        __syncthreads();
+    }
+    for (int i = 0; i < BLK_M / DIM_Y; ++i)
+        for (int j = 0; j < BLK_N / DIM_X; ++j) {
+            int r = row0 + ty + i * DIM_Y, c = col0 + tx + j * DIM_X;
+            if (r < M && c < N) C[IDX(r, c, N)] = alpha * acc[i][j] + beta * C[IDX(r, c, N)];
+        }
+}
+"""
+
+
+@cuda.kernel
+def sgemm(
+    m: np.int32,
+    n: np.int32,
+    k: np.int32,
+    alpha: np.float32,
+    a: A[np.float32],
+    b: A[np.float32],
+    beta: np.float32,
+    c: A[np.float32],
+):
+    return SGEMM
+
+
+def test_cupy_gemm_example_takes_its_tile_sizes_from_options():
+    tt = (np.int32,) * 3 + (np.float32, A[np.float32], A[np.float32], np.float32, A[np.float32])
+    sizes = ("-DDIM_X=16", "-DDIM_Y=16", "-DBLK_M=64", "-DBLK_N=64", "-DBLK_K=8")
+    ptx = cuda.code_ptx(sgemm, tt, arch=ARCH, options=sizes)
+    assert entries(ptx) == {"sgemm": [".u32"] * 3 + [".f32", ".u64", ".u64", ".f32", ".u64"]}
+    assert shared_bytes(ptx) == [8 * 65 * 4, 64 * 9 * 4]
+    with pytest.raises(CompileError, match=r"(?s)kernel sgemm.*options \[\].*BLK_K.*undefined"):
+        cuda.code_ptx(sgemm, tt, arch=ARCH)
+
+
+@cuda.kernel
+def scale_vec4(v: A[np.float32], s: np.float32, n: np.int32) -> str:
+    # CuPy's custom_struct example (builtin vectors), with the vectors behind a pointer
+    return """extern "C" __global__ void scale_vec4(float4 *v, float s, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) { float4 a = v[i]; v[i] = make_float4(a.x * s, a.y * s, a.z * s, a.w * s); }
+    }"""
+
+
+def test_builtin_vector_types_compile():
+    ptx = cuda.code_ptx(scale_vec4, (A[np.float32], np.float32, np.int32), arch=ARCH)
+    assert entries(ptx) == {"scale_vec4": [".u64", ".f32", ".u32"]}
+    assert re.search(r"ld\.global(\.\w+)*\.v4\.f32", ptx)
+
+
+# -- entries, errors and hints ------------------------------------------------------------------
+
+
+def test_kernel_source_is_a_str_with_its_entry_and_checks_it():
+    src = KernelSource("__global__ void k() {}", entry=" k<int> ")
+    assert isinstance(src, str) and src == "__global__ void k() {}" and src.entry == "k<int>"
+    assert "entry='k<int>'" in repr(src)
+    for bad in ("", "  ", "a;b", "a\nb", 3):
+        with pytest.raises(ValueError, match="entry= is the name expression"):
+            KernelSource("x", entry=bad)
+    with pytest.raises(TypeError, match="source as a str"):
+        KernelSource(b"x", entry="k")
+
+
+def test_a_template_kernel_without_its_instance_gets_a_hint_to_name_it():
+    @cuda.kernel
+    def templ_only(x: A[np.float32]) -> str:
+        return "template <typename T> __global__ void templ_only(T *x) { x[0] = T(1); }"
+
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(templ_only, (A[np.float32],), arch=ARCH)
+    msg = str(e.value)
+    assert "cannot determine which instance of function template" in msg
+    assert "templ_only is a function template" in msg and "KernelSource(source, entry=" in msg
+    assert "must define" not in msg  # not told to define what is there
+
+
+def test_a_wrong_entry_names_the_kernels_the_source_defines():
+    @cuda.kernel
+    def picks_wrong(x: A[np.float32]):
+        return KernelSource(
+            'extern "C" __global__ void first(float *x) {}\n'
+            'extern "C" __global__ void second(float *x) {}',
+            entry="third",
+        )
+
+    with pytest.raises(
+        CompileError, match=r"(?s)kernel picks_wrong \(entry third\).*first, second"
+    ):
+        cuda.code_ptx(picks_wrong, (A[np.float32],), arch=ARCH)
+
+
+@pytest.mark.parametrize(
+    "include", ["<cstdio>", "<iostream>", '"helper_cuda.h"', "<stdio.h>", "<cstdint>"]
+)
+def test_host_headers_say_the_file_includes_host_code(include):
+    @cuda.kernel
+    def with_host_code(x: A[np.float32]) -> str:
+        return f"""#include {include}
+        extern "C" __global__ void with_host_code(float *x) {{ x[0] = 1.0f; }}"""
+
+    name = include.strip('<>"')
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(with_host_code, (A[np.float32],), arch=ARCH, options=("-DHOSTY=1",))
+    msg = str(e.value)
+    assert "kernel with_host_code" in msg and "-DHOSTY=1" in msg
+    assert f'cannot open source file "{name}"' in msg  # the log
+    assert f"<{name}> is a host header: the file includes host code" in msg
+
+
+def test_a_missing_toolkit_header_directory_is_named_with_how_to_get_it(monkeypatch):
+    none = tuple(_compiler._HeaderDir(k, None, "") for k in ("cudart", "cccl"))
+    monkeypatch.setattr(_compiler, "_header_dirs", lambda: none)
+    assert _compiler.toolkit_include_dirs() == ()
+
+    @cuda.kernel
+    def needs_headers(x: A[np.float16]) -> str:
+        return """#include <cuda_fp16.h>
+        extern "C" __global__ void needs_headers(__half *x) { x[0] = __float2half(1.0f); }"""
+
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(needs_headers, (A[np.float16],), arch=ARCH)
+    msg = str(e.value)
+    assert "<cuda_fp16.h> is one of the CUDA runtime headers" in msg
+    assert "no directory of them was found" in msg and "cudart" in msg
+    assert "pip install 'specializer[cuda]'" in msg and "CUDA_HOME" in msg
+
+    @cuda.kernel
+    def needs_cccl(x: A[np.int32]) -> str:
+        return """#include <cuda/std/cstdint>
+        extern "C" __global__ void needs_cccl(int *x) { x[0] = (cuda::std::int32_t)1; }"""
+
+    with pytest.raises(CompileError, match=r"<cuda/std/cstdint> is one of CCCL's headers"):
+        cuda.code_ptx(needs_cccl, (A[np.int32],), arch=ARCH)
+
+
+def test_header_directories_from_cuda_home_without_cuda_pathfinder(monkeypatch, tmp_path):
+    (tmp_path / "include" / "cccl" / "cuda" / "std").mkdir(parents=True)
+    (tmp_path / "include" / "cuda_runtime.h").write_text("")
+    (tmp_path / "include" / "cccl" / "cuda" / "std" / "version").write_text("")
+    monkeypatch.setitem(sys.modules, "cuda.pathfinder", None)  # importing it fails
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    cudart = _compiler._locate("cudart")
+    cccl = _compiler._locate("cccl")
+    assert cudart.path == str(tmp_path / "include") and cudart.found_via == "CUDA_PATH/CUDA_HOME"
+    assert cccl.path == str(tmp_path / "include" / "cccl")
+    monkeypatch.delenv("CUDA_HOME")
+    assert _compiler._locate("cudart").path is None
+
+
+def test_an_undefined_device_function_not_in_callees_gets_a_hint_to_add_it():
+    @cuda.device
+    def square_dev() -> str:
+        return "__device__ float square_dev(float v) { return v * v; }"
+
+    @cuda.kernel
+    def forgot_callee(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void forgot_callee(float *x) { x[0] = square_dev(x[0]); }'
+
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(forgot_callee, (A[np.float32],), arch=ARCH)
+    msg = str(e.value)
+    assert 'identifier "square_dev" is undefined' in msg
+    assert "square_dev is a device function of this back-end" in msg
+    assert "@cuda.kernel(callees=[square_dev" in msg
+
+    @cuda.kernel
+    def other_undefined(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void other_undefined(float *x) { x[0] = nowhere(x[0]); }'
+
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(other_undefined, (A[np.float32],), arch=ARCH)
+    assert "callees" not in str(e.value)
+
+
+def test_every_nvrtc_failure_names_the_kernel_architecture_options_and_log():
+    @cuda.kernel
+    def bad_syntax(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void bad_syntax(float *x) { x[0] = ; }'
+
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(bad_syntax, (A[np.float32],), arch="sm_80", options=("-DX=1",), lineinfo=True)
+    msg = str(e.value)
+    assert msg.startswith("kernel bad_syntax failed to compile with NVRTC ")
+    assert "for sm_80" in msg and "'-DX=1'" in msg and "--generate-line-info" in msg
+    assert "expected an expression" in msg  # NVRTC's log
+
+
+# -- argument kinds ---------------------------------------------------------------------------
+
+
+def test_numpy_scalar_subclasses_dispatch_as_their_nearest_numpy_base():
+    class MyFloat(np.float64):
+        pass
+
+    class MyInt(np.int32):
+        pass
+
+    class Deeper(MyInt):
+        pass
+
+    assert cuda.typeof(MyFloat(1.5)) is np.float64
+    assert cuda.typeof(MyInt(3)) is np.int32
+    assert cuda.typeof(Deeper(3)) is np.int32
+    assert cuda.typeof(np.float32(1)) is np.float32
+    assert cuda.ctype(MyInt) == "int"
+    # subclassing a numpy type leaves that type concrete
+    assert cuda.ctype(np.int32) == "int" and _types.param_ctype(np.float64) is ctypes.c_double
+
+
+def test_fortran_ordered_device_arrays_are_accepted_and_other_strides_refused():
+    f_order = FakeCAI("<f4", shape=(3, 4), strides=(4, 12))
+    assert cuda.typeof(f_order) is A[np.float32]
+    assert cuda.typeof(FakeCAI("<f8", shape=(3, 4), strides=(32, 8))) is A[np.float64]
+    assert cuda.typeof(FakeCAI("<f4", shape=(1, 4), strides=(999, 4))) is A[np.float32]
+    assert cuda.typeof(FakeCAI("<f4", shape=(0, 4), strides=(4, 4))) is A[np.float32]
+    assert cuda.typeof(FakeCAI("<i2", shape=(2, 3, 4), strides=(2, 4, 12))) is A[np.int16]
+    for shape, strides in (((3, 4), (8, 24)), ((3, 4), (20, 4)), ((4,), (-4,)), ((2, 2), (4,))):
+        with pytest.raises(ValueError, match=r"non-contiguous .*FakeCAI.*strides"):
+            cuda.typeof(FakeCAI("<f4", shape=shape, strides=strides))
+
+
+def test_non_native_byte_order_is_a_value_error():
+    other = ">" if sys.byteorder == "little" else "<"
+    with pytest.raises(ValueError, match="non-native byte order"):
+        cuda.typeof(FakeCAI(f"{other}f4"))
+    assert cuda.typeof(FakeCAI("|u1")) is A[np.uint8]
+    with pytest.raises(ValueError, match="native byte order"):
+        cuda.CuArray.wrap(0x1000, (4,), np.dtype(f"{other}f4"))
+
+
+# -- __constant__ and __device__ variables -----------------------------------------------------
+
+
+class FakeModule(cuda.LinkedKernel):
+    """A LinkedKernel whose module has one global of ``size`` bytes (no GPU)."""
+
+    __slots__ = ()
+
+    def get_global(self, name):
+        if name != "table":
+            raise cuda.CUDAError("cuModuleGetGlobal", 500, f"no {name}")
+        return 0x7F0000000000, 68
+
+
+def test_copy_to_global_checks_the_size_and_byte_order_before_copying():
+    k = FakeModule("conv", None, None, None, (), ARCH, "")
+    with pytest.raises(
+        ValueError,
+        match=r"global 'table' of kernel conv has 68 bytes; the float64\[17\] array has 136",
+    ):
+        k.copy_to_global("table", np.zeros(17))
+    other = ">" if sys.byteorder == "little" else "<"
+    with pytest.raises(ValueError, match="non-native byte order"):
+        k.copy_to_global("table", np.zeros(17, f"{other}f4"))
+    with pytest.raises(cuda.CUDAError, match="no other"):
+        k.copy_to_global("other", np.zeros(17, np.float32))
+    with pytest.raises(ValueError, match="not a whole number of float64"):
+        k.copy_from_global("table", np.float64)
+    with pytest.raises(ValueError, match=r"has 68 bytes; a float32\[16\]"):
+        k.copy_from_global("table", np.float32, (16,))
+
+
+def test_ptx_globals_lists_the_modules_variables():
+    ptx = cuda.code_ptx(my_pow2, (A[np.float32], np.int32), arch=ARCH)
+    assert _compiler.ptx_globals(ptx) == ["some_table", "calls"]
+    assert (
+        _compiler.ptx_globals(
+            cuda.code_ptx(vector_add, (A[np.float32],) * 3 + (np.int32,), arch=ARCH)
+        )
+        == []
+    )
+
+
+# -- the disk cache of compiled code -----------------------------------------------------------
+
+_PROGRAM = """
+import hashlib, json, sys, time, os
+import numpy as np
+from specializer.backends import cuda
+from specializer.backends.cuda import _compiler
+
+@cuda.kernel
+def disk_cached(x: cuda.Array[np.float32], n: np.int32) -> str:
+    return '''#include <cooperative_groups.h>
+    extern "C" __global__ void disk_cached(float *x, int n) {
+        cooperative_groups::this_thread_block().sync();
+        if (threadIdx.x < n) x[threadIdx.x] *= VALUE; }'''.replace("VALUE", sys.argv[1])
+
+gate = os.environ.get("GATE")
+while gate and not os.path.exists(gate):
+    time.sleep(0.005)
+ptx = cuda.code_ptx(disk_cached, (cuda.Array[np.float32], np.int32), arch=sys.argv[2])
+print(json.dumps({"compiles": _compiler.nvrtc_compiles(),
+                  "ptx": hashlib.sha256(ptx.encode()).hexdigest()}))
+"""
+
+
+def run_program(cache, value="2.0f", arch=ARCH, **env):
+    environ = {**os.environ, "SPECIALIZER_CACHE_DIR": str(cache), **env}
+    out = subprocess.run(
+        [sys.executable, "-c", _PROGRAM, value, arch], capture_output=True, text=True, env=environ
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def entry_files(cache):
+    return sorted(p.name for p in (cache / "cuda").iterdir()) if (cache / "cuda").exists() else []
+
+
+def test_a_second_process_runs_nvrtc_zero_times(tmp_path):
+    first = run_program(tmp_path)
+    assert first["compiles"] == 1 and len(entry_files(tmp_path)) == 1
+    second = run_program(tmp_path)
+    assert second == {"compiles": 0, "ptx": first["ptx"]}
+    # another source or another architecture is another entry
+    assert run_program(tmp_path, value="3.0f")["compiles"] == 1
+    assert run_program(tmp_path, arch="sm_80")["compiles"] == 1
+    assert len(entry_files(tmp_path)) == 3
+
+
+def test_a_disk_entry_misses_on_any_part_of_its_key(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void keyed(float *x) { x[0] = 1.0f; }\n'
+    tmpl = "template <int N> __global__ void keyed_t(float *x) { x[0] = N; }\n"
+
+    def compiles(source=src, names=("keyed",), arch=ARCH, options=()):
+        n = _compiler.nvrtc_compiles()
+        r = _compiler.nvrtc_compile(source, names, arch, options, kernel="keyed")
+        return _compiler.nvrtc_compiles() - n, r
+
+    assert compiles()[0] == 1
+    ran, r = compiles()
+    assert ran == 0 and r.cached and r.lowered == {"keyed": "keyed"} and r.cubin
+    assert compiles(source=src + "// another source\n")[0] == 1
+    assert compiles(source=src + tmpl, names=("keyed", "keyed_t<1>"))[0] == 1
+    assert compiles(source=src + tmpl, names=("keyed", "keyed_t<2>"))[0] == 1  # name expressions
+    assert compiles(arch="sm_80")[0] == 1
+    assert compiles(arch="compute_90")[1].cubin is None
+    assert compiles(options=("-DX=1",))[0] == 1
+    monkeypatch.setattr(_compiler, "nvrtc_version", lambda: (99, 0))
+    assert compiles()[0] == 1  # another NVRTC
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(_compiler, "_headers_fingerprint", lambda: (("other.h", 1, 2),))
+    assert compiles()[0] == 1  # other headers
+    monkeypatch.setattr(_compiler, "toolkit_include_dirs", lambda: ("/elsewhere",))
+    assert compiles()[0] == 1  # other header directories: other options
+    monkeypatch.undo()
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    assert compiles()[0] == 0  # the first entry is still there
+
+
+def test_a_corrupt_or_unreadable_entry_is_ignored_and_rewritten(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    src = 'extern "C" __global__ void damaged(int *x) { x[0] = 7; }'
+    args = (src, ("damaged",), ARCH, ())
+    good = _compiler.nvrtc_compile(*args, kernel="damaged")
+    (path,) = (tmp_path / "cuda").iterdir()
+    whole = path.read_bytes()
+    flipped = bytearray(whole)
+    flipped[len(whole) // 2] ^= 0xFF
+    for damage in (b"", b"garbage", whole[: len(whole) // 2], bytes(flipped), whole + b"x"):
+        path.write_bytes(damage)
+        n = _compiler.nvrtc_compiles()
+        again = _compiler.nvrtc_compile(*args, kernel="damaged")
+        assert _compiler.nvrtc_compiles() == n + 1 and not again.cached
+        assert again.ptx == good.ptx and path.read_bytes() == whole  # rewritten whole
+    path.unlink()
+    path.mkdir()  # an entry that cannot be read or replaced: compiling still works
+    assert _compiler.nvrtc_compile(*args, kernel="damaged").ptx == good.ptx
+
+
+def test_two_processes_writing_one_entry_at_once_both_succeed(tmp_path):
+    gate = tmp_path / "go"
+    environ = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path), "GATE": str(gate)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PROGRAM, "5.0f", ARCH],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=environ,
+        )
+        for _ in range(2)
+    ]
+    time.sleep(1.0)  # both have imported and wait at the gate
+    gate.write_text("")
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(json.loads(out))
+    assert results[0]["ptx"] == results[1]["ptx"]
+    files = entry_files(tmp_path)
+    assert len(files) == 1 and not any(f.endswith(".tmp") for f in files)
+    assert run_program(tmp_path, "5.0f") == {"compiles": 0, "ptx": results[0]["ptx"]}
+
+
+_WRITER = """
+import sys
+from specializer.backends.cuda import _diskcache
+key, tag = sys.argv[1], sys.argv[2]
+for i in range(300):
+    body = (tag * (1000 + i % 7))
+    assert _diskcache.store(key, body, tag.encode() * 5000, {"e": tag}, "log")
+"""
+
+
+def test_concurrent_writers_never_leave_a_torn_entry(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    key = "ab" * 32
+    environ = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path)}
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _WRITER, key, tag], env=environ)
+        for tag in ("A", "B")
+    ]
+    seen = set()
+    while any(p.poll() is None for p in procs):
+        e = _diskcache.load(key)
+        if e is not None:  # a whole entry of one writer, never a mix
+            tag = e["lowered"]["e"]
+            assert set(e["ptx"]) == {tag} and e["cubin"] == tag.encode() * 5000
+            seen.add(tag)
+    assert [p.wait() for p in procs] == [0, 0]
+    assert _diskcache.load(key) is not None
+    assert [f for f in entry_files(tmp_path) if f.endswith(".tmp")] == []
+
+
+@pytest.mark.parametrize("value", ["", "0", " 0 "])
+def test_the_disk_cache_is_off_with_an_empty_or_zero_directory(tmp_path, monkeypatch, value):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", value)
+    assert _diskcache.cache_dir() is None
+    src = 'extern "C" __global__ void uncached(int *x) { x[0] = 3; }'
+    n = _compiler.nvrtc_compiles()
+    for _ in range(2):
+        assert not _compiler.nvrtc_compile(src, ("uncached",), ARCH, (), kernel="u").cached
+    assert _compiler.nvrtc_compiles() == n + 2
+    assert list(tmp_path.iterdir()) == []
+    if value == "":  # and in other processes
+        assert run_program(value, value="7.0f")["compiles"] == 1
+        assert run_program(value, value="7.0f")["compiles"] == 1
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_the_default_directory_is_under_the_users_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECIALIZER_CACHE_DIR", raising=False)
+    if sys.platform.startswith("linux"):
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+        assert _diskcache.cache_dir() == tmp_path / "specializer" / "cuda"
+        monkeypatch.delenv("XDG_CACHE_HOME")
+        assert _diskcache.cache_dir() == Path.home() / ".cache" / "specializer" / "cuda"
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path / "mine"))
+    assert _diskcache.cache_dir() == tmp_path / "mine" / "cuda"
+
+
+def test_an_entry_holds_compiled_code_only_and_precompile_mode_writes_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+
+    @cuda.kernel
+    def built_for_later(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void built_for_later(float *x) { x[0] = 4.0f; }'
+
+    with specializer.precompile_output():
+        assert specializer.generating_output()
+        ptx = cuda.code_ptx(built_for_later, (A[np.float32],), arch=ARCH)
+    (path,) = (tmp_path / "cuda").iterdir()
+    data = path.read_bytes()
+    start = len(_diskcache._MAGIC) + 8
+    (n,) = _diskcache._LEN.unpack_from(data, len(_diskcache._MAGIC))
+    meta = json.loads(data[start : start + n])
+    assert set(meta) == {"key", "ptx", "cubin", "lowered", "log"}  # no worlds, no handles
+    assert meta["lowered"] == {"built_for_later": "built_for_later"}
+    assert _diskcache.load(path.name.split(".")[0])["ptx"] == ptx
+    assert str(specializer.latest()).encode() not in data[start : start + n]
+
+
+def test_an_unwritable_cache_directory_never_fails_a_compile(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(blocker))
+    src = 'extern "C" __global__ void nowhere_to_write(int *x) { x[0] = 1; }'
+    r = _compiler.nvrtc_compile(src, ("nowhere_to_write",), ARCH, (), kernel="n")
+    assert r.ptx and not r.cached

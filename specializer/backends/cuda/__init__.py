@@ -30,16 +30,18 @@ Design notes (the modules say more):
 - A :class:`Context` object is the key: destroying and creating a context is a new
   key, so its lookups miss. Each thread has a current context (``with ctx:``; the
   primary context of device 0 by default), read with one thread-local load.
-- Launch: a launcher generated per signature (``templates/cuda_launch.py.j2``) stores
-  each argument into a parameter buffer laid out once for that signature and passes
-  ``cuLaunchKernel`` its address. Threads: each launch takes a buffer from the
-  signature's pool (``list.pop``, atomic) and gives it back when the driver has copied
-  the values, so concurrent launches never share one, without a lock.
+- Launch: the core's launch path (:mod:`specializer.launching`), generated per signature
+  from ``templates/cuda_entry.py.j2``, stores each argument into a parameter buffer laid
+  out once for that signature and passes ``cuLaunchKernel`` its address. Threads: each
+  launch takes a buffer from the signature's pool (``list.pop``, atomic) and gives it
+  back when the driver has copied the values, so concurrent launches never share one,
+  without a lock.
 - No GPU or no driver: :class:`CUDAUnavailableError` naming what is missing, from the
   first call that needs the driver (probed once); importing this module touches
   nothing.
 """
 
+from ...types import Struct
 from ._array import Array, CuArray
 from ._compiler import (
     BACKEND,
@@ -60,12 +62,23 @@ from ._driver import (
     synchronize,
     unavailable_reason,
 )
-from ._launch import HostKernel, capture, code_ptx, cufunction, device, kernel, launch
-from ._types import ctype, typeof
+from ._launch import (
+    LAUNCH_OPTIONS,
+    HostKernel,
+    capture,
+    code_ptx,
+    cufunction,
+    device,
+    kernel,
+    launch,
+    typeof,
+)
+from ._types import ctype
 
 __all__ = [
     "BACKEND",
     "COMPILER_KWARGS",
+    "LAUNCH_OPTIONS",
     "Array",
     "CUDAArtifact",
     "CUDABackend",
@@ -76,6 +89,7 @@ __all__ = [
     "HostKernel",
     "LinkedKernel",
     "Stream",
+    "Struct",
     "available",
     "capture",
     "code_ptx",

@@ -5,27 +5,67 @@ and compiles them with NVRTC for the config's architecture: PTX always, and a
 cubin for a real architecture (``sm_XX``), which is what gets loaded, so the
 driver never has to JIT PTX newer than it knows. It needs no GPU.
 
-The kernel's entry is found by name through NVRTC's *name expressions*: the
-source must define one ``__global__`` function with the method's name. Writing
-it ``extern "C"`` (recommended) makes the PTX ``.entry`` that very name; a C++
-kernel works too, under its mangled ("lowered") name.
+**The kernel's entry.** NVRTC finds the kernel through a *name expression*, by default
+the method's name: the source defines one ``__global__`` function of that name. Writing
+it ``extern "C"`` (recommended) makes the PTX ``.entry`` that very name; a C++ kernel
+works too, under its mangled ("lowered") name, which ``nvrtcGetLoweredName`` gives. A
+method names another entry by returning a :class:`KernelSource`, the source with the
+name expression to compile, built from the method's concrete types::
+
+    @cuda.kernel
+    def reduce2(x: cuda.Array[np.floating], out: cuda.Array[np.floating], n: np.int64):
+        return cuda.KernelSource(REDUCE_TEMPLATES, entry=f"reduce2<{cuda.ctype(x.dtype)}>")
+
+That is how a C++ template kernel (``reduce2<float>``, ``my_sqrt<int>``, ``ns::k<T, 256>``)
+is instantiated, and how a method picks one of several kernels in one file (``entry=
+"matrixMul_bs32_64bit"``). A :class:`KernelSource` is a ``str``, so the core treats it as
+any source.
+
+**Toolkit headers.** Every compilation gets the CUDA toolkit's header directories as
+include paths, after the user's own ``-I`` options: the runtime headers (``cuda_fp16.h``,
+``cooperative_groups.h``, ``cuComplex.h``, ...) and CCCL's (``<cuda/std/...>``, CUB,
+Thrust), found as CuPy finds them: through ``cuda.pathfinder``, which looks in NVIDIA's
+header wheels (``cuda-toolkit[cudart,cccl]``, part of the ``cuda`` extra), conda, then
+``CUDA_PATH``/``CUDA_HOME`` and the system's toolkit; without ``cuda.pathfinder``,
+``CUDA_PATH``/``CUDA_HOME`` only. See :func:`toolkit_include_dirs`. A header that is not
+found is an error naming the directory that is missing and how to get it.
+
+**On disk.** NVRTC's output is kept across processes by :mod:`._diskcache`
+(``SPECIALIZER_CACHE_DIR``; off with an empty value or ``0``), keyed by the full source,
+the name expressions, the options, the architecture, NVRTC's version and the headers
+found. :func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process.
+
+**Errors.** Every NVRTC failure is a :class:`~specializer.CompileError` naming the kernel,
+its entry, the architecture, the options and NVRTC's log, with a hint where the log
+shows a known mistake: a host header (``<cstdio>``, ``<iostream>``, a sample's
+``helper_cuda.h``: the file includes host code), a toolkit header not found, a function
+template without its instance, a device function of this back-end used without being
+in ``callees=``.
 
 ``link`` loads the cubin (or PTX) into one context and gets the function: a
-:class:`LinkedKernel`, what ``cufunction`` caches, together with the launcher
-of the kernel's signature.
+:class:`LinkedKernel`, what ``cufunction`` caches, with the launch path of each
+signature it was looked up for. Its :meth:`~LinkedKernel.get_global` and
+:meth:`~LinkedKernel.copy_to_global` reach the module's ``__constant__`` and
+``__device__`` variables.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
+import os
 import re
+import threading
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from ...compiler import Backend, CompileError, CompilerConfig, CompilerJob
+from . import _diskcache
 from ._driver import Context, CUDAError, check, driver, pushed
-from ._params import launcher
 
 try:
     from cuda.bindings import nvrtc
@@ -39,20 +79,52 @@ __all__ = [
     "COMPILER_KWARGS",
     "CUDAArtifact",
     "CUDABackend",
+    "KernelSource",
     "LinkedKernel",
+    "NVRTCResult",
     "compiler_config",
+    "nvrtc_compile",
+    "nvrtc_compiles",
     "nvrtc_version",
     "supported_archs",
+    "toolkit_include_dirs",
 ]
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)\Z")
 
 
+class KernelSource(str):
+    """A kernel method's source that names the entry to compile: ``KernelSource(source,
+    entry="reduce2<float>")``. ``entry`` is an NVRTC name expression: a function template's
+    instance (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several
+    kernels in the source. A plain ``str`` source is the same as ``entry=`` the method's
+    name."""
+
+    __slots__ = ("entry",)
+    entry: str
+
+    def __new__(cls, source: str, entry: str) -> KernelSource:
+        if not isinstance(source, str):
+            raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
+        if not isinstance(entry, str) or not entry.strip() or any(c in entry for c in "\0\n;{}"):
+            raise ValueError(
+                f"entry= is the name expression of one __global__ function, such as "
+                f"'reduce2<float>' or 'my_kernel', got {entry!r}"
+            )
+        self = super().__new__(cls, source)
+        self.entry = entry.strip()
+        return self
+
+    def __repr__(self) -> str:
+        return f"KernelSource({str.__repr__(self)}, entry={self.entry!r})"
+
+
 @dataclass(frozen=True)
 class CUDAArtifact:
-    """What NVRTC made of a job: the PTX, the cubin (for an ``sm_XX`` target), the entry
-    name, the architecture, NVRTC's log, and the device source it came from."""
+    """What NVRTC made of a job: the PTX, the cubin (for an ``sm_XX`` target), the entry's
+    lowered name, the architecture, NVRTC's log, the device source it came from, the name
+    expression of the entry and the options NVRTC was given (architecture first)."""
 
     source: str
     ptx: str
@@ -60,40 +132,170 @@ class CUDAArtifact:
     entry: str
     arch: str
     log: str
+    expression: str = ""
+    options: tuple[str, ...] = ()
 
 
-class LinkedKernel:
-    """A kernel loaded into one context with the launcher of its signature: the result
-    ``cufunction`` caches. It references no kernel instance (captured values come from
-    each launch)."""
+@dataclass(frozen=True)
+class NVRTCResult:
+    """One NVRTC compilation: the PTX, the cubin (``sm_XX`` targets), the lowered name of
+    each name expression, NVRTC's log, the options it was given, and whether it came from
+    the disk cache."""
 
-    __slots__ = ("arch", "context", "function", "launch", "module", "name", "tt")
-
-    def __init__(
-        self,
-        name: str,
-        function: Any,
-        module: Any,
-        context: Context,
-        tt: tuple[type, ...],
-        arch: str,
-    ) -> None:
-        self.name = name
-        self.function = function  # a CUfunction (kept as the object: ints cost more per call)
-        self.module = module
-        self.context = context
-        self.tt = tt
-        self.arch = arch
-        self.launch = launcher(tt)
-
-    def __repr__(self) -> str:
-        return f"<LinkedKernel {self.name} ({self.arch}) in {self.context!r}>"
+    ptx: str
+    cubin: bytes | None
+    lowered: dict[str, str]
+    log: str
+    options: tuple[str, ...]
+    cached: bool = field(default=False, compare=False)
 
 
-def _nvrtc_check(result: tuple[Any, ...], call: str) -> Any:
+# -- toolkit headers -------------------------------------------------------------------------
+
+#: The toolkit's header directories NVRTC is given: what each holds, the file that shows it
+#: is there, and the pip extra that installs it.
+_HEADER_KINDS = {
+    "cudart": (
+        "the CUDA runtime headers (cuda_fp16.h, cooperative_groups.h, ...)",
+        "cuda_runtime.h",
+    ),
+    "cccl": (
+        "CCCL's headers (<cuda/std/...>, CUB, Thrust)",
+        os.path.join("cuda", "std", "version"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _HeaderDir:
+    kind: str
+    path: str | None
+    found_via: str
+
+
+def _env_toolkit_root() -> str | None:
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _from_toolkit_root(kind: str, root: str) -> str | None:
+    canary = _HEADER_KINDS[kind][1]
+    candidates = [os.path.join(root, "include")]
+    if kind == "cccl":  # CUDA 13 keeps CCCL in include/cccl; CUDA 12 in include itself
+        candidates.insert(0, os.path.join(root, "include", "cccl"))
+    for d in candidates:
+        if os.path.isfile(os.path.join(d, canary)):
+            return d
+    return None
+
+
+def _locate(kind: str) -> _HeaderDir:
+    try:
+        pathfinder = importlib.import_module("cuda.pathfinder")
+    except ImportError:
+        pathfinder = None
+    if pathfinder is not None:
+        locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
+        try:
+            if locate is not None:
+                found = locate(kind)
+                if found is not None and found.abs_path:
+                    return _HeaderDir(kind, found.abs_path, f"cuda.pathfinder ({found.found_via})")
+            else:
+                path = pathfinder.find_nvidia_header_directory(kind)
+                if path:
+                    return _HeaderDir(kind, path, "cuda.pathfinder")
+        except Exception:  # an older cuda.pathfinder that does not know this kind
+            pass
+    root = _env_toolkit_root()
+    if root is not None:
+        path = _from_toolkit_root(kind, root)
+        if path is not None:
+            return _HeaderDir(kind, path, "CUDA_PATH/CUDA_HOME")
+    return _HeaderDir(kind, None, "")
+
+
+@functools.cache
+def _header_dirs() -> tuple[_HeaderDir, ...]:
+    dirs = [_locate(kind) for kind in _HEADER_KINDS]
+    seen: set[str] = set()
+    out = []
+    for d in dirs:  # cudart and cccl may be one directory (CUDA 12's include)
+        key = os.path.realpath(d.path) if d.path else d.kind
+        out.append(d if key not in seen else _HeaderDir(d.kind, d.path, d.found_via + ", shared"))
+        seen.add(key)
+    return tuple(out)
+
+
+def toolkit_include_dirs() -> tuple[str, ...]:
+    """The toolkit's header directories every compilation gets as include paths (found once
+    per process): the runtime headers' and CCCL's, each where it was found."""
+    out: list[str] = []
+    for d in _header_dirs():
+        if d.path and d.path not in out:
+            out.append(d.path)
+    return tuple(out)
+
+
+@functools.cache
+def _headers_fingerprint() -> tuple[tuple[str, int, int], ...]:
+    """(file, size, mtime) of each directory's canary: a changed toolkit is a new disk key."""
+    out = []
+    for d in _header_dirs():
+        if d.path:
+            canary = os.path.join(d.path, _HEADER_KINDS[d.kind][1])
+            try:
+                st = os.stat(canary)
+                out.append((canary, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((canary, -1, -1))
+    return tuple(out)
+
+
+def _headers_cuda_version() -> tuple[int, int] | None:
+    """The CUDA version of the runtime headers found (CUDART_VERSION), if any."""
+    for d in _header_dirs():
+        if d.kind == "cudart" and d.path:
+            try:
+                text = Path(d.path, "cuda_runtime_api.h").read_text(errors="replace")
+            except OSError:
+                return None
+            m = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", text)
+            if m:
+                v = int(m.group(1))
+                return v // 1000, (v % 1000) // 10
+    return None
+
+
+def _install_hint() -> str:
+    major = nvrtc_version()[0]
+    return (
+        f"install them with pip install 'specializer[cuda]' (which brings "
+        f"cuda-toolkit[cudart,cccl]), or pip install 'cuda-toolkit[cudart,cccl]=={major}.*' "
+        f"to match NVRTC {major}.x, or set CUDA_HOME (or CUDA_PATH) to a CUDA {major} toolkit"
+    )
+
+
+# -- NVRTC -------------------------------------------------------------------------------------
+
+
+class _NVRTCFailed(CompileError):
+    """An NVRTC call that failed, with its log (``log``)."""
+
+    def __init__(self, message: str, log: str = "") -> None:
+        super().__init__(message)
+        self.log = log
+
+
+def _nvrtc_check(result: tuple[Any, ...], call: str, what: str = "") -> Any:
     err = result[0]
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise CompileError(f"{call} failed: {getattr(err, 'name', err)}")
+        raise _NVRTCFailed(
+            f"{call} failed: {getattr(err, 'name', err)}" + (f" ({what})" if what else "")
+        )
     return result[1] if len(result) == 2 else result[1:]
 
 
@@ -109,62 +311,388 @@ def supported_archs() -> tuple[int, ...]:
     return tuple(_nvrtc_check(nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs"))
 
 
-def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str) -> bytes:
-    size = _nvrtc_check(size_fn(prog), what)
+_compiles = 0
+_compiles_lock = threading.Lock()
+
+
+def nvrtc_compiles() -> int:
+    """How many times this process has run NVRTC's compiler (``nvrtcCompileProgram``); an
+    entry found in the disk cache runs it zero times."""
+    return _compiles
+
+
+def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
+    size = _nvrtc_check(size_fn(prog), what, detail)
     buf = b" " * size
-    _nvrtc_check(get_fn(prog, buf), what)
+    _nvrtc_check(get_fn(prog, buf), what, detail)
     return buf
 
 
-def _nvrtc_compile(
-    source: str, name: str, arch: str, options: tuple[str, ...]
-) -> tuple[str, bytes | None, str, str]:
-    """(ptx, cubin or None, entry, log); raises :class:`CompileError` with NVRTC's log."""
-    if not _C_IDENTIFIER.match(name):
-        raise CompileError(f"kernel {name!r}: a CUDA kernel's name must be a C identifier")
+def _version_str() -> str:
+    return ".".join(map(str, nvrtc_version()))
+
+
+# Host-only headers: the C and C++ standard library (NVRTC compiles device code only, and
+# ships none of them) and the host helpers of NVIDIA's CUDA samples.
+_HOST_HEADERS = frozenset(
+    """
+    assert.h cassert cstdio stdio.h cstdlib stdlib.h iostream ostream istream fstream sstream
+    iomanip ios string cstring string.h strings.h vector map set unordered_map unordered_set
+    list deque queue stack algorithm memory functional thread mutex condition_variable future
+    chrono ctime time.h cmath math.h cstdint stdint.h cinttypes inttypes.h cstddef stddef.h
+    climits limits.h cfloat float.h type_traits utility limits array tuple numeric iterator
+    exception stdexcept random complex atomic new cstdarg stdarg.h cerrno errno.h csignal
+    signal.h locale cctype ctype.h cwchar wchar.h optional variant bitset initializer_list
+    unistd.h windows.h pthread.h omp.h
+    """.split()  # noqa: SIM905
+)
+_SAMPLE_HELPERS = frozenset(
+    """
+    helper_cuda.h helper_cuda_drvapi.h helper_functions.h helper_string.h helper_timer.h
+    helper_image.h helper_multiprocess.h nvrtc_helper.h
+    """.split()  # noqa: SIM905
+)
+_CUDART_HEADER = re.compile(
+    r"(cuda\.h|cuda_\w+\.hp*|cuComplex\.h|cooperative_groups(\.h|/.*)|vector_(types|functions)\.h"
+    r"|device_\w+\.h|sm_\d+\w*\.h|math_(constants|functions)\.h|mma\.h|crt/.*"
+    r"|(texture|surface)_\w+\.h|driver_types\.h|builtin_types\.h|host_defines\.h)\Z"
+)
+_CCCL_HEADER = re.compile(r"(cuda|cub|thrust|nv)/.*")
+_MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
+_UNDEFINED = re.compile(r'identifier "([A-Za-z_]\w*)" is undefined')
+_GLOBALS_IN_SOURCE = re.compile(r"__global__\s+(?:[\w:<>,\s*&]*?\s)?(\w+)\s*\(")
+
+
+def _missing_header_hint(header: str) -> str:
+    """What to do about ``#include <header>`` that NVRTC could not open."""
+    base = header.replace("\\", "/")
+    name = base.rsplit("/", 1)[-1]
+    if base in _HOST_HEADERS or name in _SAMPLE_HELPERS:
+        return (
+            f"<{header}> is a host header: the file includes host code, which NVRTC does not "
+            f"compile (it compiles device code only and has no C or C++ standard library). "
+            f"Return only the kernel's device code: remove the #include and any host "
+            f"functions; printf and assert need no include in device code, and CCCL's "
+            f"<cuda/std/...> headers (<cuda/std/cstdint>, <cuda/std/type_traits>, "
+            f"<cuda/std/limits>, ...) are the device versions of the standard ones"
+        )
+    kind = "cccl" if _CCCL_HEADER.match(base) else "cudart" if _CUDART_HEADER.match(base) else None
+    if kind is not None:
+        d = next(d for d in _header_dirs() if d.kind == kind)
+        what = _HEADER_KINDS[kind][0]
+        if d.path is None:
+            return (
+                f"<{header}> is one of {what}, and no directory of them was found "
+                f"(looked for the {kind} headers in NVIDIA's header wheels through "
+                f"cuda.pathfinder, then CUDA_PATH and CUDA_HOME): {_install_hint()}"
+            )
+        return (
+            f"<{header}> is not in the {kind} header directory {d.path} (found through "
+            f"{d.found_via}): check its name; if it is right, those headers may be from "
+            f"another CUDA version than NVRTC {_version_str()}: {_install_hint()}"
+        )
+    dirs = ", ".join(toolkit_include_dirs()) or "none found"
+    return (
+        f"<{header}> is not a CUDA toolkit header this back-end knows of (the toolkit's "
+        f"directories given to NVRTC: {dirs}); pass the directory that has it with "
+        f"options=('-I/path/to/include',)"
+    )
+
+
+def _failure_hints(log: str, source: str, expression: str, kernel: str) -> list[str]:
+    hints = []
+    for header in dict.fromkeys(_MISSING.findall(log)):
+        hints.append(_missing_header_hint(header))
+    if "cannot determine which instance of function template" in log:
+        hints.append(
+            f"{expression} is a function template: name the instance to compile, returning "
+            f"KernelSource(source, entry='{expression}<...>') from the method with the "
+            f"template arguments built from its concrete types (for example "
+            f"entry=f'{expression}<{{cuda.ctype(x.dtype)}}>')"
+        )
+    elif "__nv_name_map" in log:
+        defined = [n for n in dict.fromkeys(_GLOBALS_IN_SOURCE.findall(source)) if n]
+        there = (
+            f"; the source defines __global__ function(s) {', '.join(defined)}: name the "
+            f"method after one, or return KernelSource(source, entry='{defined[0]}')"
+            if defined
+            else ""
+        )
+        hints.append(
+            f"the source must define a __global__ function named {expression} (for a kernel "
+            f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
+        )
+    return hints
+
+
+def _compile_options(arch: str, options: tuple[str, ...]) -> tuple[str, ...]:
+    return (
+        f"--gpu-architecture={arch}",
+        *options,
+        *(f"--include-path={d}" for d in toolkit_include_dirs()),
+    )
+
+
+def _disk_key(source: str, expressions: tuple[str, ...], opts: tuple[str, ...]) -> str:
+    return _diskcache.key_of(
+        {
+            "format": 1,
+            "source": source,
+            "name_expressions": list(expressions),
+            "options": list(opts),
+            "nvrtc": list(nvrtc_version()),
+            "headers": [list(h) for h in _headers_fingerprint()],
+        }
+    )
+
+
+def nvrtc_compile(
+    source: str,
+    expressions: tuple[str, ...],
+    arch: str,
+    options: tuple[str, ...] = (),
+    *,
+    kernel: str = "",
+) -> NVRTCResult:
+    """Compile ``source`` with NVRTC for ``arch`` (``sm_XX``: PTX and a cubin; ``compute_XX``:
+    PTX), with the toolkit's header directories after ``options``, and find the lowered name
+    of each name expression in ``expressions`` (``"fill"``, ``"reduce2<float>"``). The disk
+    cache is asked first and filled after. ``kernel`` names the kernel in messages. Raises
+    :class:`~specializer.CompileError` naming the kernel, the options and NVRTC's log."""
+    global _compiles
+    opts = _compile_options(arch, tuple(options))
+    key = _disk_key(source, expressions, opts)
+    hit = _diskcache.load(key)
+    if hit is not None and all(e in hit["lowered"] for e in expressions):
+        return NVRTCResult(hit["ptx"], hit["cubin"], hit["lowered"], hit["log"], opts, True)
+    label = f"kernel {kernel}" if kernel else "a CUDA program"
+    entries = ", ".join(expressions)
+    if kernel and entries != kernel:
+        label += f" (entry {entries})"
+    detail = f"compiling {label} for {arch}"
     prog = _nvrtc_check(
-        nvrtc.nvrtcCreateProgram(source.encode(), f"{name}.cu".encode(), 0, [], []),
+        nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel or 'program'}.cu".encode(), 0, [], []),
         "nvrtcCreateProgram",
+        detail,
     )
     try:
-        _nvrtc_check(nvrtc.nvrtcAddNameExpression(prog, name.encode()), "nvrtcAddNameExpression")
-        opts = [f"--gpu-architecture={arch}".encode(), *(o.encode() for o in options)]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), opts)
+        for e in expressions:
+            _nvrtc_check(
+                nvrtc.nvrtcAddNameExpression(prog, e.encode()), "nvrtcAddNameExpression", detail
+            )
+        encoded = [o.encode() for o in opts]
+        with _compiles_lock:
+            _compiles += 1
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
         log = (
             _program_bytes(
-                prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, "nvrtcGetProgramLog"
+                prog,
+                nvrtc.nvrtcGetProgramLogSize,
+                nvrtc.nvrtcGetProgramLog,
+                "nvrtcGetProgramLog",
+                detail,
             )
             .rstrip(b"\0")
             .decode(errors="replace")
         )
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            hint = ""
-            if "__nv_name_map" in log:
-                hint = (
-                    f"\n(the source must define one __global__ function named {name}; "
-                    f'write it extern "C" __global__ void {name}(...))'
+            hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
+            headers = _headers_cuda_version()
+            if headers is not None and headers[0] != nvrtc_version()[0]:
+                hints.append(
+                    f"note: the runtime headers found are CUDA {headers[0]}.{headers[1]}'s, "
+                    f"NVRTC is {_version_str()}: {_install_hint()}"
                 )
-            raise CompileError(
-                f"kernel {name} failed to compile with NVRTC {'.'.join(map(str, nvrtc_version()))} "
-                f"for {arch} ({getattr(err, 'name', err)}), options {list(options)}:\n"
-                f"{log.rstrip()}{hint}"
+            raise _NVRTCFailed(
+                f"{label} failed to compile with NVRTC {_version_str()} for {arch} "
+                f"({getattr(err, 'name', err)}), options {list(options)}, toolkit headers "
+                f"from {list(toolkit_include_dirs())}:\n{log.rstrip()}"
+                + "".join(f"\nhint: {h}" for h in hints),
+                log,
             )
-        entry = _nvrtc_check(
-            nvrtc.nvrtcGetLoweredName(prog, name.encode()), "nvrtcGetLoweredName"
-        ).decode()
+        lowered = {
+            e: _nvrtc_check(
+                nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
+            ).decode()
+            for e in expressions
+        }
         ptx = (
-            _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX")
+            _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX", detail)
             .rstrip(b"\0")
             .decode()
         )
         cubin = None
         if arch.startswith("sm_"):
             cubin = _program_bytes(
-                prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN"
+                prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN", detail
             )
-        return ptx, cubin, entry, log
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+    _diskcache.store(key, ptx, cubin, lowered, log)
+    return NVRTCResult(ptx, cubin, lowered, log, opts)
+
+
+def _callee_hints(log: str, job: CompilerJob) -> list[str]:
+    """For each name the log says is undefined that is a device function of this back-end
+    the job does not list in ``callees=``: a hint to add it."""
+    names = dict.fromkeys(_UNDEFINED.findall(log))
+    if not names:
+        return []
+    from ...kernels import DeviceFunction
+    from ._launch import _definitions  # here: _launch imports this module
+
+    defined: dict[str, list[str]] = {}
+    for (module, name, cls), _gf in list(_definitions._table.items()):
+        if cls is DeviceFunction and name in names:
+            defined.setdefault(name, []).append(module)
+    listed = {mi.method.gf.name for mi in job.callees}
+    hints = []
+    for name in names:
+        if name in defined and name not in listed:
+            where = ", ".join(m or "?" for m in defined[name])
+            hints.append(
+                f"{name} is a device function of this back-end (@cuda.device in {where}) that "
+                f"kernel {job.name} does not list as a callee: define the kernel with "
+                f"@cuda.kernel(callees=[{name}, ...]) so its source is compiled in"
+            )
+    return hints
+
+
+def _kernel_source(job: CompilerJob) -> tuple[str, str]:
+    """(the joined device source, the kernel's name expression)."""
+    sources = job.device_sources()
+    entry = getattr(sources[-1], "entry", None) if sources else None
+    if entry is None:
+        if not _C_IDENTIFIER.match(job.name):
+            raise CompileError(f"kernel {job.name!r}: a CUDA kernel's name must be a C identifier")
+        entry = job.name
+    return "\n".join(sources), entry
+
+
+# -- loaded modules ----------------------------------------------------------------------------
+
+_PTX_GLOBAL = re.compile(
+    r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)",
+    re.M,
+)
+#: the mangled prefixes of the toolkit headers' own variables (CCCL, cooperative groups)
+_TOOLKIT_GLOBALS = ("_ZN4cuda", "_ZN3cub", "_ZN6thrust", "_ZN18cooperative_groups", "_ZN2nv")
+
+
+def ptx_globals(ptx: str) -> list[str]:
+    """The names of the ``__constant__`` and ``__device__`` variables a PTX module declares,
+    in order, without the toolkit headers' own and those internal to the file."""
+    names = dict.fromkeys(_PTX_GLOBAL.findall(ptx))
+    return [n for n in names if not n.startswith(_TOOLKIT_GLOBALS) and "_INTERNAL_" not in n]
+
+
+class LinkedKernel:
+    """A kernel loaded into one context, with the launch path of each signature it was looked
+    up for (``bound``, the core's, see :mod:`specializer.launching`): the result
+    ``cufunction`` caches. It references no kernel instance (captured values come from
+    each launch). Its module's ``__constant__`` and ``__device__`` variables are reached
+    with :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
+
+    __slots__ = ("arch", "bound", "context", "function", "module", "name", "ptx", "tt")
+
+    def __init__(
+        self,
+        name: str,
+        function: Any,
+        module: Any,
+        context: Context,
+        tt: tuple[type, ...],
+        arch: str,
+        ptx: str = "",
+    ) -> None:
+        self.name = name
+        self.function = function  # a CUfunction (kept as the object: ints cost more per call)
+        self.module = module
+        self.context = context
+        self.tt = tt
+        self.arch = arch
+        self.ptx = ptx  # for naming the module's variables in errors
+        self.bound: dict[Any, Any] = {}  # the launch path per lookup signature (the core's)
+
+    def get_global(self, name: str) -> tuple[int, int]:
+        """(device pointer, size in bytes) of the module's ``__constant__`` or ``__device__``
+        variable ``name`` (``cuModuleGetGlobal``). Declare it ``extern "C"`` (or at global
+        namespace scope) so that ``name`` is its symbol; an unknown name is a
+        :class:`CUDAError` listing the variables the module has."""
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a global's name is a non-empty str, got {name!r}")
+        with pushed(self.context):
+            err, ptr, size = driver.cuModuleGetGlobal(self.module, name.encode())
+        if err == driver.CUresult.CUDA_ERROR_NOT_FOUND:
+            names = ptx_globals(self.ptx)
+            raise CUDAError(
+                "cuModuleGetGlobal",
+                err,
+                f"kernel {self.name}'s module has no __constant__ or __device__ variable named "
+                f"{name!r}; it has: {', '.join(names) if names else 'none'} (a variable in a "
+                f'namespace has a mangled name: declare it extern "C" at global scope)',
+            )
+        if err:
+            raise CUDAError("cuModuleGetGlobal", err, f"global {name!r} of kernel {self.name}")
+        return int(ptr), int(size)
+
+    def copy_to_global(self, name: str, array: Any) -> None:
+        """Copy ``array`` (anything ``np.asarray`` takes, native byte order) into the module's
+        variable ``name``, whose size in bytes it must have exactly. Waits for the work
+        queued in the context first, and for the copy after, so launches on any stream see
+        the whole new value."""
+        a = np.ascontiguousarray(array)
+        if not a.dtype.isnative:
+            raise ValueError(
+                f"cannot copy a {a.dtype} array (non-native byte order) into {name!r}: "
+                f"convert it with .astype(a.dtype.newbyteorder('='))"
+            )
+        ptr, size = self.get_global(name)
+        if a.nbytes != size:
+            raise ValueError(
+                f"global {name!r} of kernel {self.name} has {size} bytes; the {a.dtype}"
+                f"{list(a.shape)} array has {a.nbytes}"
+            )
+        if size:
+            with pushed(self.context):
+                check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+                check(
+                    driver.cuMemcpyHtoD(ptr, a.ctypes.data, size),
+                    "cuMemcpyHtoD",
+                    f"copying {size} bytes into global {name!r} of kernel {self.name}",
+                )
+                check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+
+    def copy_from_global(self, name: str, dtype: Any, shape: Any = None) -> np.ndarray:
+        """A numpy copy of the module's variable ``name`` as ``dtype`` (its whole size, or
+        ``shape``), after the work queued in the context has finished."""
+        dt = np.dtype(dtype)
+        ptr, size = self.get_global(name)
+        if shape is None:
+            if size % dt.itemsize:
+                raise ValueError(
+                    f"global {name!r} of kernel {self.name} has {size} bytes, not a whole "
+                    f"number of {dt}"
+                )
+            shape = (size // dt.itemsize,)
+        out = np.empty(shape, dt)
+        if out.nbytes != size:
+            raise ValueError(
+                f"global {name!r} of kernel {self.name} has {size} bytes; a {dt}{list(out.shape)} "
+                f"array has {out.nbytes}"
+            )
+        if size:
+            with pushed(self.context):
+                check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+                check(
+                    driver.cuMemcpyDtoH(out.ctypes.data, ptr, size),
+                    "cuMemcpyDtoH",
+                    f"copying global {name!r} of kernel {self.name}",
+                )
+        return out
+
+    def __repr__(self) -> str:
+        return f"<LinkedKernel {self.name} ({self.arch}) in {self.context!r}>"
 
 
 class CUDABackend(Backend):
@@ -174,9 +702,17 @@ class CUDABackend(Backend):
 
     def compile(self, job: CompilerJob) -> CUDAArtifact:
         arch, options = job.config.options
-        source = "\n".join(job.device_sources())
-        ptx, cubin, entry, log = _nvrtc_compile(source, job.name, arch, options)
-        return CUDAArtifact(source, ptx, cubin, entry, arch, log)
+        source, expression = _kernel_source(job)
+        try:
+            r = nvrtc_compile(source, (expression,), arch, options, kernel=job.name)
+        except _NVRTCFailed as e:
+            hints = _callee_hints(e.log, job)
+            if not hints:
+                raise
+            raise _NVRTCFailed(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
+        return CUDAArtifact(
+            source, r.ptx, r.cubin, r.lowered[expression], arch, r.log, expression, r.options
+        )
 
     def link(self, job: CompilerJob, artifact: CUDAArtifact, context: Hashable) -> Any:
         """Load into ``context`` and get the kernel's function handle."""
@@ -198,7 +734,9 @@ class CUDABackend(Backend):
                 "cuModuleGetFunction",
                 detail,
             )
-        return LinkedKernel(job.name, function, module, context, job.mi.tt, artifact.arch)
+        return LinkedKernel(
+            job.name, function, module, context, job.mi.tt, artifact.arch, artifact.ptx
+        )
 
 
 BACKEND = CUDABackend()

@@ -1,34 +1,64 @@
 """Kernels, the cached lookup (``cufunction``), the launch, and PTX reflection.
 
-``cufunction`` is CUDA.jl's, over the core: the lookup (dispatch in the task's
-world, the compiled-code cache, the load into the context) wrapped in
-``cached_lookup`` with key (current context, compiler kwargs). ``launch`` is the
-``@cuda`` analog: ``typeof`` of each argument, that lookup, then the generated
-launcher of the signature. Both first check ``f``'s front entry (its newest lookup,
-see :func:`specializer.kernels.set_front`) in their own frame: a hit calls nothing.
+``cufunction`` is CUDA.jl's, over the core: the lookup (dispatch in the task's world, the
+compiled-code cache, the load into the context) wrapped in ``cached_lookup`` with key
+(current context, compiler kwargs). ``launch`` is the ``@cuda`` analog. Both, and the
+``HostKernel`` call, are the core's launch path (:mod:`specializer.launching`), generated per
+signature from ``templates/cuda_entry.py.j2``: a launch whose kernel's front entry holds its
+lookup checks the world, the thread's context key and each argument's class, stores the
+arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunchKernel``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
-from ...kernels import (
-    NO_FRONT,
-    Definitions,
-    Kernel,
-    KernelInstance,
-    LookupSite,
-    code_of,
-    uncached_lookup,
-)
-from ...types import type_name
-from ...world import WORLD as _WORLD
-from ._array import ARGTYPES
-from ._compiler import LinkedKernel, compiler_config
-from ._driver import Context, current_context, current_key, local
-from ._types import typeof
+import numpy as np
 
-__all__ = ["HostKernel", "capture", "code_ptx", "cufunction", "device", "kernel", "launch"]
+from ... import launching
+from ...kernels import Definitions, code_of, uncached_lookup, unsupported_argument
+from ...types import WEAK, Struct, WeakScalar, resolve_weak
+from . import _params
+from . import _types as _types
+from ._array import Array, cuarray_class, device_pointer
+from ._compiler import COMPILER_KWARGS, LinkedKernel, compiler_config
+from ._driver import Context, current_context, current_key, launch_cooperative, local
+
+__all__ = [
+    "LAUNCH_OPTIONS",
+    "HostKernel",
+    "capture",
+    "code_ptx",
+    "cufunction",
+    "device",
+    "kernel",
+    "launch",
+    "typeof",
+]
+
+
+def typeof(value: Any) -> type:
+    """The argument type ``value`` dispatches as (SPEC section 8): Python ``int``/``float``/
+    ``bool`` are the weak ``Weak[int]``/``Weak[float]``/``Weak[bool]`` (they take the type the
+    method declares), numpy scalars their own type (a subclass its numpy base), numpy
+    structured scalars ``Struct[dtype]``, device arrays ``Array[dtype]``; anything else is a
+    ``TypeError``."""
+    t = WEAK.get(value.__class__)
+    if t is not None:
+        return t
+    if isinstance(value, np.void) or (
+        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.names is not None
+    ):
+        if value.dtype.names is None:
+            raise unsupported_argument(value, _types.ACCEPTED)
+        return Struct[value.dtype]
+    if not isinstance(value, np.generic):
+        for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
+            if isinstance(value, py):
+                return WEAK[py]
+    return _types.typeof(value)
+
 
 _definitions = Definitions(typeof, "specializer.backends.cuda")
 
@@ -44,126 +74,161 @@ device = _definitions.device
 #: are passed as leading kernel arguments on every launch.
 capture = _definitions.capture
 
+#: launch options, in order, as launch and a HostKernel call take them
+LAUNCH_OPTIONS = ("grid", "block", "stream", "shared_mem", "cooperative")
+
 
 def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     """Compiler kwargs as a key: sorted pairs, lists frozen so a later mutation cannot
-    change what a cached entry means."""
+    change what a cached entry means; unknown ones refused, naming every option."""
+    unknown = sorted(set(kwargs) - set(COMPILER_KWARGS))
+    if unknown:
+        raise TypeError(
+            f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
+            f"{', '.join(LAUNCH_OPTIONS)}; compiler options are {', '.join(COMPILER_KWARGS)}"
+        )
     return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
 
 
-def _link(F: Any, tt: tuple[type, ...], key: tuple[Context, tuple[tuple[str, Any], ...]]) -> Any:
-    """The uncached lookup: dispatch, the compiled-code cache, the load into the context."""
-    _definitions.own(F)
-    ctx, kw = key
-    return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
+def _pointer(linked: LinkedKernel, i: int, a: Any) -> int:
+    """The device pointer of a device array that is not a CuArray of the parameter's type."""
+    return device_pointer(a)
 
 
-_site = LookupSite(_definitions, LinkedKernel, _link)
+def _cooperative(
+    linked: LinkedKernel, grid: Any, block: Any, shared_mem: int, stream: Any, params: Any
+) -> None:
+    launch_cooperative(
+        linked.function, grid, block, shared_mem, stream, params, linked.context, linked.name
+    )
 
 
-def _front_miss(
-    f: Any, tt: Any, key: tuple[Any, ...], compiler_kwargs: dict[str, Any], host: bool
-) -> tuple[LinkedKernel, HostKernel | None]:
-    """What ``launch`` and ``cufunction`` do when ``f``'s front entry does not hold their
-    lookup: the cached lookup, then (without compiler kwargs) a new front entry. Returns the
-    linked kernel, and with ``host`` the HostKernel for ``f``."""
-    make = HostKernel if host else None
-    if compiler_kwargs:
-        return _site.miss(f, tt, None, (key[0], _kwkey(compiler_kwargs)), make)
-    return _site.miss(f, tt, key, key, make)
+class HostKernel(launching.HostKernel):
+    """A kernel ready to launch in one context: what :func:`cufunction` returns (the analog
+    of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel:
+    ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``."""
+
+    @property
+    def function(self) -> Any:
+        """The driver's ``CUfunction``."""
+        return self.linked.function
+
+    @property
+    def context(self) -> Context:
+        return self.linked.context
+
+    @property
+    def name(self) -> str:
+        return self.linked.name
+
+    def get_global(self, name: str) -> tuple[int, int]:
+        """(device pointer, size in bytes) of the ``__constant__`` or ``__device__`` variable
+        ``name`` of the kernel's module in its context (``cuModuleGetGlobal``)."""
+        return self.linked.get_global(name)
+
+    def copy_to_global(self, name: str, array: Any) -> None:
+        """Copy ``array`` into the module's variable ``name`` (its size exactly)."""
+        self.linked.copy_to_global(name, array)
+
+    def copy_from_global(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The module's variable ``name`` copied back (see LinkedKernel.copy_from_global)."""
+        return self.linked.copy_from_global(name, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<HostKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
 
 
-def _argtypes(args: tuple[Any, ...]) -> tuple[type, ...]:
-    """The argument types of ``args``: ``tuple(map(typeof, args))``, unrolled for up to six
-    arguments whose classes decide their types (one dict lookup each), which costs a quarter
-    of the call per argument that ``map`` makes."""
-    T = ARGTYPES
-    try:
-        n = len(args)
-        if n == 3:
-            a, b, c = args
-            return (T[a.__class__], T[b.__class__], T[c.__class__])
-        if n == 2:
-            a, b = args
-            return (T[a.__class__], T[b.__class__])
-        if n == 4:
-            a, b, c, d = args
-            return (T[a.__class__], T[b.__class__], T[c.__class__], T[d.__class__])
-        if n == 1:
-            return (T[args[0].__class__],)
-        if n == 5:
-            a, b, c, d, e = args
-            return (T[a.__class__], T[b.__class__], T[c.__class__], T[d.__class__], T[e.__class__])
-        if n == 6:
-            a, b, c, d, e, g = args
-            return (
-                T[a.__class__],
-                T[b.__class__],
-                T[c.__class__],
-                T[d.__class__],
-                T[e.__class__],
-                T[g.__class__],
-            )
-    except KeyError:  # a foreign array, or a subclass of a scalar type
-        pass
-    return tuple(map(typeof, args))
+class _CUDALauncher(launching.Launcher):
+    template = "cuda_entry.py.j2"
+    options = LAUNCH_OPTIONS
+    defaults = ("required", "required", "none", "zero", "false")
+    front_attr = "_cuda_front"
+    V = LinkedKernel
+    host_class = HostKernel
+    lookup_name = "cufunction"
+
+    def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+        self.definitions.own(F)
+        ctx, kw = key
+        return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
+
+    def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+        return local.key or current_key(), opts
+
+    def resolve_where(self, where_opt: Any) -> Any:
+        return local.key or current_key()
+
+    def current_where(self, where_opt: Any) -> Any:
+        return local.key
+
+    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
+        return (where[0], _kwkey(kw)) if kw else where
+
+    def guard_of(self, t: type) -> tuple[str, type, Any]:
+        if isinstance(t, type) and issubclass(t, Array):
+            return "cls", cuarray_class(t.dtype), None
+        if isinstance(t, type) and issubclass(t, Struct):
+            return "cls_dtype_0d", np.void, t.dtype
+        if isinstance(t, type) and issubclass(t, WeakScalar):
+            return "cls", t.pytype, None
+        return "cls", t, None
+
+    def kinds(
+        self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
+    ) -> tuple[list[str], list[str], dict[str, Any]]:
+        namespace: dict[str, Any] = {
+            **_params.namespace(resolved),
+            "_local": local,
+            "_pointer": _pointer,
+            "_cooperative": _cooperative,
+            "_half": _types.half_bits,
+        }
+        kinds = []
+        for i, (t, r) in enumerate(zip(tt, resolved)):
+            if issubclass(t, Array):
+                namespace[f"_own{i}"] = cuarray_class(r.dtype)
+                kinds.append("array")
+            elif issubclass(t, Struct):
+                namespace[f"_n{i}"] = t.dtype.itemsize
+                kinds.append("bytes")
+            elif r is np.float16:
+                kinds.append("half")
+            elif issubclass(t, WeakScalar) and _params.range_of(resolve_weak(t, r)) is not None:
+                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _params.range_of(r)
+                kinds.append("ranged")
+            else:
+                _types.param_ctype(r)  # a type a CUDA parameter can have
+                kinds.append("scalar")
+        guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
+        return guards, kinds, namespace
 
 
-def cufunction(
-    f: Kernel | KernelInstance, tt: tuple[type, ...] = (), **compiler_kwargs: Any
-) -> HostKernel:
+_launcher = _CUDALauncher(_definitions)
+_site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
+
+launch = _launcher.launch
+launch.__doc__ = """``launch(f, *args, grid, block, stream=None, shared_mem=0, cooperative=False,
+**compiler_kwargs)``: launch ``f`` (a kernel or kernel instance) on ``args``, ``grid`` blocks
+of ``block`` threads (ints or tuples of up to 3), on ``stream`` (default: the legacy default
+stream), in the calling thread's current context; a kernel instance's captured values come
+first. ``cooperative=True`` launches with ``cuLaunchCooperativeKernel`` (grid-wide sync), a
+grid too large to be resident at once being a ``ValueError``. Compiler kwargs:
+``COMPILER_KWARGS``."""
+launch.__module__ = __name__
+
+
+def cufunction(f: Any, tt: tuple[type, ...] = (), **compiler_kwargs: Any) -> HostKernel:
     """The kernel ``f`` (a kernel or kernel instance) compiled for argument types ``tt``
     (without the captured values) and loaded in the current context, as a
     :class:`HostKernel`. The lookup (dispatch in the task's world, the compiled-code cache,
     the load into the context) runs through ``cached_lookup`` with key (context, compiler
-    kwargs); see ``COMPILER_KWARGS`` for the kwargs."""
-    key = local.key or current_key()
-    # The front entry: the newest lookup of f (see kernels.set_front), checked here inline.
-    try:
-        w, k, t, linked, hk = f.front
-    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
-        w, k, t, linked, hk = NO_FRONT
-    if w is _WORLD[0] and k is key and (t is tt or t == tt) and not compiler_kwargs:
-        if hk is not None:
-            return hk
-        if isinstance(f, KernelInstance):  # the live f with the cached result
-            return HostKernel(f, t, linked)
-    return _front_miss(f, tt, key, compiler_kwargs, True)[1]
-
-
-def launch(
-    f: Kernel | KernelInstance,
-    /,
-    *args: Any,
-    grid: Any,
-    block: Any,
-    stream: Any = None,
-    shared_mem: int = 0,
-    **compiler_kwargs: Any,
-) -> None:
-    """Launch ``f`` (a kernel or kernel instance) on ``args``: ``typeof`` of each argument,
-    the cached lookup, then the signature's launcher. ``grid`` blocks of ``block`` threads
-    (ints or tuples of up to 3), on ``stream`` (default: the legacy default stream), in the
-    calling thread's current context; a kernel instance's captured values come first."""
-    tt = _argtypes(args)
-    key = local.key or current_key()
-    try:
-        w, k, t, fun, _ = f.front  # f's newest lookup (see kernels.set_front), checked inline
-    except (AttributeError, TypeError, ValueError):  # not a kernel: _front_miss says so
-        w, k, t, fun, _ = NO_FRONT
-    if not (w is _WORLD[0] and k is key and t == tt) or compiler_kwargs:
-        fun = _front_miss(f, tt, key, compiler_kwargs, False)[0]
-    if f.__class__ is Kernel:
-        params = args
-    elif isinstance(f, KernelInstance):
-        params = f.values + args
-    else:  # a kernel instance's type has its front entry too, but is not a kernel
-        raise _definitions.not_a_kernel(f)
-    fun.launch(fun, grid, block, shared_mem, stream, params)
+    kwargs); see ``COMPILER_KWARGS`` for the kwargs. Python ``int``/``float``/``bool`` in
+    ``tt`` stand for the weak types."""
+    return _launcher.function(f, tt, None, compiler_kwargs)
 
 
 def code_ptx(
-    f: Kernel | KernelInstance,
+    f: Any,
     tt: tuple[type, ...] = (),
     *,
     arch: str | None = None,
@@ -179,54 +244,4 @@ def code_ptx(
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = _definitions.kernel_type(f)
     _definitions.own(F)
-    return code_of(F, tt, config).ptx
-
-
-class HostKernel:
-    """A kernel ready to launch in one context: what :func:`cufunction` returns (the analog
-    of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel."""
-
-    __slots__ = ("f", "linked", "tt")
-
-    def __init__(
-        self, f: Kernel | KernelInstance, tt: tuple[type, ...], linked: LinkedKernel
-    ) -> None:
-        self.f = f
-        self.tt = tt
-        self.linked = linked
-
-    @property
-    def function(self) -> Any:
-        """The driver's ``CUfunction``."""
-        return self.linked.function
-
-    @property
-    def context(self) -> Context:
-        return self.linked.context
-
-    @property
-    def name(self) -> str:
-        return self.linked.name
-
-    def __call__(
-        self, *args: Any, grid: Any, block: Any, stream: Any = None, shared_mem: int = 0
-    ) -> None:
-        tt = _argtypes(args)
-        if tt != self.tt:
-            raise TypeError(
-                f"kernel {self.name} was looked up for ({', '.join(map(type_name, self.tt))}), "
-                f"called with ({', '.join(map(type_name, tt))}): use cufunction(f, tt) for "
-                "those types, or launch(f, *args, ...)"
-            )
-        f, linked = self.f, self.linked
-        linked.launch(
-            linked,
-            grid,
-            block,
-            shared_mem,
-            stream,
-            args if f.__class__ is Kernel else f.values + args,
-        )
-
-    def __repr__(self) -> str:
-        return f"<HostKernel {self.name}({', '.join(map(type_name, self.tt))}) in {self.context!r}>"
+    return code_of(F, _launcher.tt_of(tt), config).ptx

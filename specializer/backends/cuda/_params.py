@@ -1,13 +1,13 @@
-"""Kernel parameters laid out once per signature, and the generated launcher that fills them.
+"""Kernel parameters laid out once per signature, for the launch path that fills them.
 
 ``cuLaunchKernel`` takes the parameters as a ``void**``: an array of pointers, one
 per parameter, to its value. cuda.bindings can build that from a
 ``(values, types)`` tuple, allocating and filling two C arrays on every call. Here
 each signature's parameters get a :class:`ParamBuffer`, laid out once (a ctypes
 structure with one field per parameter, C layout, and the ``void*`` array of the
-fields' addresses), and a launcher generated from ``templates/cuda_launch.py.j2``
+fields' addresses), and the launch path generated from ``templates/cuda_entry.py.j2``
 stores each argument into its field and passes the array's address, an int, which
-the binding uses as is.
+the binding uses as is. A struct by value is its bytes, at the alignment CUDA C gives it.
 
 Threads: a buffer must not change while the driver reads it (during
 ``cuLaunchKernel``, which runs without the GIL). Each signature keeps a pool of
@@ -23,37 +23,34 @@ import ctypes
 import functools
 import operator
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from ... import codegen
-from ...types import type_name
-from ._array import Array, cuarray_class, device_pointer
+from ...types import Struct, type_name
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
 from ._types import param_ctype
 
-__all__ = ["ParamBuffer", "dim3", "launcher"]
-
-_INT64 = np.iinfo(np.int64)
+__all__ = ["ParamBuffer", "dim3", "field_ctype", "namespace", "pool", "range_of"]
 
 
 class ParamBuffer:
     """The parameters of one kernel signature: ``values``, a ctypes structure with field
-    ``a<i>`` for parameter ``i``, and ``address``, the address of the ``void*`` array
-    pointing at each field (what ``cuLaunchKernel`` takes as ``kernelParams``)."""
+    ``a<i>`` for parameter ``i``, ``fields``, each field's address, and ``address``, the
+    address of the ``void*`` array pointing at each field (what ``cuLaunchKernel`` takes as
+    ``kernelParams``)."""
 
-    __slots__ = ("address", "pointers", "tt", "values")
+    __slots__ = ("address", "fields", "pointers", "tt", "values")
 
     def __init__(self, tt: tuple[type, ...]) -> None:
         self.tt = tt
-        fields = [(f"a{i}", param_ctype(t)) for i, t in enumerate(tt)]
+        fields = [(f"a{i}", field_ctype(t)) for i, t in enumerate(tt)]
         struct = type("KernelParams", (ctypes.Structure,), {"_fields_": fields})
         self.values = struct()
         base = ctypes.addressof(self.values)
         offsets = [getattr(struct, f"a{i}").offset for i in range(len(tt))]
-        self.pointers = (ctypes.c_void_p * len(tt))(*(base + o for o in offsets))
+        self.fields = [base + o for o in offsets]
+        self.pointers = (ctypes.c_void_p * len(tt))(*self.fields)
         self.address = ctypes.addressof(self.pointers)
 
     def layout(self) -> list[tuple[int, int]]:
@@ -63,6 +60,47 @@ class ParamBuffer:
             (getattr(struct, f"a{i}").offset, getattr(struct, f"a{i}").size)
             for i in range(len(self.tt))
         ]
+
+
+#: a ctypes type of each alignment, to align a struct's bytes as the kernel lays it out
+_CARRIERS = {
+    1: ctypes.c_uint8,
+    2: ctypes.c_uint16,
+    4: ctypes.c_uint32,
+    8: ctypes.c_uint64,
+    16: ctypes.c_longdouble,
+}
+
+
+def struct_alignment(dtype: np.dtype) -> int:
+    """The alignment CUDA C gives a struct of this layout: a vector type of 2 or 4 equal
+    fields (``float2``, ``float4``, ``int4``, ...) is aligned to its size (at most 16), as
+    ``vector_types.h`` declares them; any other struct to its most aligned field (declare the
+    numpy dtype with ``align=True`` so that its offsets are C's)."""
+    fields = [dtype.fields[n][0] for n in dtype.names]
+    if len(fields) in (2, 4) and all(f == fields[0] and f.subdtype is None for f in fields):
+        return min(dtype.itemsize, 16)
+    return dtype.alignment
+
+
+_struct_ctypes: dict[np.dtype, type] = {}
+
+
+def field_ctype(t: type) -> type:
+    """The ctypes type of a parameter of argument type ``t`` in a parameter buffer: a struct's
+    bytes at its alignment (a union of the bytes and a carrier of that alignment), else
+    ``param_ctype``'s."""
+    if isinstance(t, type) and issubclass(t, Struct):
+        ct = _struct_ctypes.get(t.dtype)
+        if ct is None:
+            align = struct_alignment(t.dtype)
+            carrier = _CARRIERS.get(align, ctypes.c_uint8)
+            fields = [("raw", ctypes.c_ubyte * t.dtype.itemsize), ("align", carrier)]
+            ct = _struct_ctypes.setdefault(
+                t.dtype, type("StructParam", (ctypes.Union,), {"_fields_": fields})
+            )
+        return ct
+    return param_ctype(t)
 
 
 def dim3(x: Any, what: str) -> tuple[int, int, int]:
@@ -82,69 +120,62 @@ def dim3(x: Any, what: str) -> tuple[int, int, int]:
     return (*dims, 1, 1)[:3]  # type: ignore[return-value]
 
 
-def _overflow(fun: Any, i: int, value: int) -> None:
+def overflow(linked: Any, i: int, value: Any) -> None:
+    t = linked.tt[i]
+    info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(t)
     raise OverflowError(
-        f"parameter {i} of kernel {fun.name} (counting from 0, captured values first) is an "
-        f"int64, and {value} does not fit in one"
+        f"{value!r} does not fit {type_name(t)} ({info.min} to {info.max}), the type of "
+        f"parameter {i} of kernel {linked.name} (counting from 0, captured values first)"
     )
 
 
-def _failed(err: Any, fun: Any, grid: Any, block: Any, shared_mem: Any) -> None:
+def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> None:
     raise CUDAError(
         "cuLaunchKernel",
         err,
-        f"launching kernel {fun.name} with grid={grid!r}, block={block!r}, "
-        f"shared_mem={shared_mem!r} in {fun.context!r}",
+        f"launching kernel {linked.name} with grid={grid!r}, block={block!r}, "
+        f"shared_mem={shared_mem!r} in {linked.context!r}",
     )
 
 
-def _kind(t: type) -> str:
-    if issubclass(t, Array):
-        return "array"
-    return "int64" if t is np.int64 else "scalar"
+def range_of(t: type) -> tuple[Any, Any] | None:
+    """The range a Python scalar must be in to be stored into a parameter of type ``t``
+    without wrapping or rounding to infinity (None where every value fits: float64)."""
+    if issubclass(t, np.integer):
+        info = np.iinfo(t)
+        return int(info.min), int(info.max)
+    if issubclass(t, np.floating) and t is not np.float64:
+        info = np.finfo(t)
+        return float(info.min), float(info.max)
+    return None
 
 
-_launchers: dict[tuple[type, ...], Callable[..., None]] = {}
-_lock = threading.Lock()
+_pools: dict[tuple[type, ...], list[ParamBuffer]] = {}
+_pools_lock = threading.Lock()
 
 
-def _make(tt: tuple[type, ...]) -> Callable[..., None]:
-    with _lock:
-        fn = _launchers.get(tt)
-        if fn is not None:
-            return fn
-        pool = [ParamBuffer(tt)]
-        names = [type_name(t) for t in tt]
-        namespace = {
-            "_take": pool.pop,
-            "_give": pool.append,
-            "_new": functools.partial(ParamBuffer, tt),
-            "_launch": driver.cuLaunchKernel,
-            "_pointer": device_pointer,
-            "_dim3": dim3,
-            "_stream": stream_handle,
-            "_null": DEFAULT_STREAM,
-            "_lo": int(_INT64.min),
-            "_hi": int(_INT64.max),
-            "_overflow": _overflow,
-            "_failed": _failed,
-        }
-        for i, t in enumerate(tt):  # the CuArray class of each array parameter's element type
-            if issubclass(t, Array):
-                namespace[f"_own{i}"] = cuarray_class(t.eltype)
-        fn = codegen.generate(
-            "cuda_launch.py.j2",
-            ("cuda_launch", *names),
-            namespace,
-            f"CUDA launcher for ({', '.join(names)})",
-            kinds=[_kind(t) for t in tt],
-        )
-        _launchers[tt] = fn
-        return fn
+def pool(tt: tuple[type, ...]) -> list[ParamBuffer]:
+    """The pool of parameter buffers of signature ``tt`` (every parameter's concrete type,
+    captured ones first), shared by every kernel of that signature."""
+    p = _pools.get(tt)
+    if p is None:
+        with _pools_lock:
+            p = _pools.setdefault(tt, [ParamBuffer(tt)])
+    return p
 
 
-def launcher(tt: tuple[type, ...]) -> Callable[..., None]:
-    """The generated launcher of signature ``tt`` (every parameter, captured ones first):
-    ``fn(fun, grid, block, shared_mem, stream, args)`` launches ``fun.function`` on the
-    tuple ``args``."""
-    return _launchers.get(tt) or _make(tt)
+def namespace(tt: tuple[type, ...]) -> dict[str, Any]:
+    """What the launch path of signature ``tt`` uses, bound as globals of its module."""
+    p = pool(tt)
+    return {
+        "_take": p.pop,
+        "_give": p.append,
+        "_new": functools.partial(ParamBuffer, tt),
+        "_launch": driver.cuLaunchKernel,
+        "_dim3": dim3,
+        "_stream": stream_handle,
+        "_null": DEFAULT_STREAM,
+        "_overflow": overflow,
+        "_failed": failed,
+        "_memmove": ctypes.memmove,
+    }
