@@ -46,7 +46,7 @@ step "install the project: pip install -e .[cuda,test]"
 rm -rf "$VENV"
 constraints=()
 if [ "$cu" = 12 ]; then
-    printf 'cuda-python<13\ncuda-bindings<13\n' >"$WORK/constraints.txt"
+    printf 'cuda-python<13\ncuda-bindings<13\ncuda-toolkit<13\n' >"$WORK/constraints.txt"
     constraints=(-c "$WORK/constraints.txt")
 fi
 installed=0

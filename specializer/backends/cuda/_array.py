@@ -29,11 +29,22 @@ class Array(DeviceArray):
 
 
 def array_type(dtype: Any) -> type[Array]:
-    """``Array[dtype]``, for an element type a kernel can take through a pointer."""
+    """``Array[dtype]``, for an element type a kernel can take through a pointer (numeric or
+    bool, in native byte order: another byte order is a ``ValueError``)."""
     dt = np.dtype(dtype)
     if dt.kind not in ELEMENT_KINDS or dt.fields is not None:
         raise TypeError(f"a device array's element type is a numeric or bool dtype, got {dt}")
+    if not dt.isnative:
+        raise ValueError(
+            f"a device array's elements are in native byte order, got {dt} "
+            f"(use {dt.newbyteorder('=')})"
+        )
     return Array[dt.type]
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a``, or a copy in native byte order (what the device reads)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 #: The argument type of each class of values that decides it: the scalar types (filled in by
@@ -127,8 +138,8 @@ class CuArray:
 
     @classmethod
     def from_numpy(cls, host: Any, *, context: Context | None = None) -> CuArray:
-        """A device copy of ``host`` (anything ``np.asarray`` takes)."""
-        a = np.ascontiguousarray(host)
+        """A device copy of ``host`` (anything ``np.asarray`` takes), in native byte order."""
+        a = _native(np.ascontiguousarray(host))
         out = cls(a.shape, a.dtype, context=context)
         out.set(a)
         return out
@@ -159,8 +170,8 @@ class CuArray:
         return self
 
     def set(self, host: Any) -> None:
-        """Copy ``host`` (same shape and dtype) into this array."""
-        a = np.ascontiguousarray(host)
+        """Copy ``host`` (same shape and dtype, any byte order) into this array."""
+        a = np.ascontiguousarray(_native(np.asarray(host)))
         if a.shape != self.shape or a.dtype != self.dtype:
             raise ValueError(
                 f"cannot copy a {a.dtype}{list(a.shape)} array into a {self.dtype}"

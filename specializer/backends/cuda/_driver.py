@@ -41,7 +41,9 @@ __all__ = [
     "current_context",
     "current_key",
     "device_count",
+    "launch_cooperative",
     "local",
+    "max_cooperative_blocks",
     "pushed",
     "require",
     "stream_handle",
@@ -380,3 +382,87 @@ def stream_handle(stream: Any) -> Any:
         f"handle, a CuPy stream or an object with __cuda_stream__ (cuda.core), "
         f"got {type(stream).__module__}.{type(stream).__qualname__}"
     )
+
+
+# -- cooperative launch ------------------------------------------------------------------
+
+_coop_lock = threading.Lock()
+#: (function handle, threads per block, dynamic shared memory) -> (co-resident blocks, SMs)
+_coop_limits: dict[tuple[int, int, int], tuple[int, int, int]] = {}
+
+
+def max_cooperative_blocks(
+    function: Any, block_threads: int, shared_mem: int, context: Context
+) -> tuple[int, int, int]:
+    """``(most blocks, blocks per SM, SMs)``: how many blocks of ``block_threads`` threads and
+    ``shared_mem`` bytes of dynamic shared memory can be resident at once on ``context``'s
+    device for ``function`` (``cuOccupancyMaxActiveBlocksPerMultiprocessor`` times the SM
+    count), the limit of a cooperative launch's grid. Cached per (function, block,
+    shared memory). Raises :class:`CUDAError` if the device cannot launch cooperatively."""
+    key = (int(function), int(block_threads), int(shared_mem))
+    found = _coop_limits.get(key)
+    if found is not None:
+        return found
+    A = driver.CUdevice_attribute
+    with pushed(context):
+        if not check(
+            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, context.device),
+            "cuDeviceGetAttribute",
+        ):
+            raise CUDAError(
+                "cooperative launch",
+                driver.CUresult.CUDA_ERROR_NOT_SUPPORTED,
+                f"{context!r} does not support cooperative launches",
+            )
+        sms = check(
+            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device),
+            "cuDeviceGetAttribute",
+        )
+        per_sm = check(
+            driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                function, int(block_threads), int(shared_mem)
+            ),
+            "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+            f"for blocks of {block_threads} threads and {shared_mem} bytes of shared memory",
+        )
+    found = (int(per_sm) * int(sms), int(per_sm), int(sms))
+    with _coop_lock:
+        _coop_limits[key] = found
+    return found
+
+
+def launch_cooperative(
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_mem: int,
+    stream: Any,
+    params: Any,
+    context: Context,
+    name: str = "kernel",
+) -> None:
+    """Launch ``function`` cooperatively (``cuLaunchCooperativeKernel``: its blocks may
+    synchronize grid-wide with ``cooperative_groups::this_grid().sync()``) on ``grid`` blocks
+    of ``block`` threads (3-tuples), ``stream`` a ``CUstream``, ``params`` the address of the
+    ``void*`` array of parameters (or ``None``). A grid larger than the device can hold at
+    once is a ``ValueError`` naming both sizes, before anything is launched."""
+    blocks = grid[0] * grid[1] * grid[2]
+    threads = block[0] * block[1] * block[2]
+    most, per_sm, sms = max_cooperative_blocks(function, threads, shared_mem, context)
+    if blocks > most:
+        raise ValueError(
+            f"cooperative launch of {name}: grid={grid} is {blocks} blocks, but at most {most} "
+            f"blocks of {threads} threads with {shared_mem} bytes of dynamic shared memory can "
+            f"be resident at once ({per_sm} per multiprocessor x {sms} multiprocessors of "
+            f"{context!r}), and a grid-wide sync needs every block resident: use a smaller grid"
+        )
+    (err,) = driver.cuLaunchCooperativeKernel(
+        function, *grid, *block, int(shared_mem), stream, params
+    )
+    if err:
+        raise CUDAError(
+            "cuLaunchCooperativeKernel",
+            err,
+            f"launching {name} with grid={grid}, block={block}, shared_mem={shared_mem} in "
+            f"{context!r}",
+        )

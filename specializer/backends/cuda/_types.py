@@ -15,7 +15,7 @@ import numpy as np
 from ...kernels import SCALAR_TYPES, unsupported_argument
 from ._array import ARGTYPES, Array, CuArray, array_type
 
-__all__ = ["ACCEPTED", "ctype", "param_ctype", "typeof"]
+__all__ = ["ACCEPTED", "ctype", "half_bits", "numpy_base", "param_ctype", "typeof"]
 
 # (numpy kind, item size) -> (CUDA C spelling, ctypes type of the kernel parameter)
 _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
@@ -28,17 +28,40 @@ _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
     ("u", 4): ("unsigned int", ctypes.c_uint32),
     ("i", 8): ("long long", ctypes.c_int64),
     ("u", 8): ("unsigned long long", ctypes.c_uint64),
+    # cuda_fp16.h's __half: passed as its 16 bits (see half_bits)
+    ("f", 2): ("__half", ctypes.c_uint16),
     ("f", 4): ("float", ctypes.c_float),
     ("f", 8): ("double", ctypes.c_double),
 }
 
 
+#: numpy's abstract scalar types (a user's subclass of a concrete one does not make it abstract)
+_ABSTRACT = frozenset(
+    (
+        np.generic,
+        np.number,
+        np.integer,
+        np.signedinteger,
+        np.unsignedinteger,
+        np.inexact,
+        np.floating,
+        np.complexfloating,
+        np.flexible,
+        np.character,
+    )
+)
+
+
 def _abi(t: type) -> tuple[str, type] | None:
     """The spelling and parameter type of the concrete scalar type ``t`` (None if it has none,
     or if ``t`` is abstract, like ``np.floating``)."""
-    if not isinstance(t, type) or not issubclass(t, np.generic) or t.__subclasses__():
+    if not isinstance(t, type) or not issubclass(t, np.generic) or t in _ABSTRACT:
         return None  # abstract (np.floating, ...): numpy has no dtype for it
-    dt = np.dtype(t)
+    try:
+        dt = np.dtype(t)
+    except TypeError:
+        return None
+    # a subclass of a numpy scalar type has its base's dtype, but is not itself concrete
     return _SCALAR_ABI.get((dt.kind, dt.itemsize)) if dt.type is t else None
 
 
@@ -49,11 +72,31 @@ _SCALARS: dict[type, type[np.generic]] = {
 
 ARGTYPES.update(_SCALARS)
 
+#: the numpy scalar types a kernel parameter can take (each its own argument type)
+_NUMPY_SCALARS = frozenset(t for t in _SCALARS.values() if issubclass(t, np.generic))
+
+
+def numpy_base(cls: type) -> type[np.generic] | None:
+    """The nearest numpy scalar type a kernel can take among ``cls``'s bases (``cls`` itself
+    for a numpy scalar type): ``np.float64`` for ``class MyFloat(np.float64)``."""
+    for base in cls.__mro__:
+        if base in _NUMPY_SCALARS:
+            return base
+    return None
+
+
+def half_bits(value: Any) -> int:
+    """The 16 bits of ``value`` as an IEEE half (``np.float16``): what a ``__half`` kernel
+    parameter's field holds."""
+    return int(np.float16(value).view(np.uint16))
+
+
 #: what a launch accepts, for error messages
 ACCEPTED = (
-    "Python bool, int and float; numpy bool_, int8 to int64, uint8 to uint64, float32 and "
-    "float64 scalars; a CuArray or any object with __cuda_array_interface__ (CuPy, PyTorch, "
-    "Numba) holding a C-contiguous numeric array"
+    "Python bool, int and float; numpy bool_, int8 to int64, uint8 to uint64, float16, "
+    "float32 and float64 scalars (and their subclasses); a CuArray or any object with "
+    "__cuda_array_interface__ (CuPy, PyTorch, Numba) holding a C- or F-contiguous numeric "
+    "array in native byte order"
 )
 
 
@@ -68,6 +111,10 @@ def typeof(value: Any) -> type:
 def _typeof_other(value: Any) -> type:
     if isinstance(value, CuArray):
         return value.argtype
+    if isinstance(value, np.generic):  # a subclass of a numpy scalar type: its numpy base
+        t = numpy_base(value.__class__)
+        if t is not None:
+            return t
     for base in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
         if isinstance(value, base):
             return _SCALARS[base]
@@ -95,10 +142,16 @@ def _cai_type(value: Any, cai: Any) -> type:
         raise TypeError(f"the __cuda_array_interface__ of a {what} is malformed: {e}") from None
     if mask is not None:
         raise TypeError(f"cannot pass a masked array ({what}) to a kernel")
-    if strides is not None and tuple(strides) != _contiguous_strides(shape, dtype.itemsize):
-        raise TypeError(
-            f"cannot pass a non-contiguous {what} (strides {tuple(strides)}) to a kernel: "
-            "a kernel gets a pointer to C-contiguous elements; pass a contiguous copy"
+    if not dtype.isnative:
+        raise ValueError(
+            f"cannot pass a {what} of {dtype} (non-native byte order) to a kernel: a kernel "
+            "reads elements in the device's byte order; pass a copy in native byte order"
+        )
+    if strides is not None and not _contiguous(shape, tuple(strides), dtype.itemsize):
+        raise ValueError(
+            f"cannot pass a non-contiguous {what} of {dtype} (shape {shape}, strides "
+            f"{tuple(strides)}) to a kernel: a kernel gets a pointer to C- or F-contiguous "
+            "elements; pass a contiguous copy"
         )
     try:
         return array_type(dtype)
@@ -106,12 +159,23 @@ def _cai_type(value: Any, cai: Any) -> type:
         raise TypeError(f"cannot pass a {what} of {dtype} to a kernel: {e}") from None
 
 
-def _contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for d in reversed(shape):
-        strides.append(step)
-        step *= d
-    return tuple(reversed(strides))
+def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether ``strides`` lay ``shape`` out C- or F-contiguously (numpy's rule: the stride
+    of a dimension of length 1 does not matter, nor any stride of an empty array)."""
+    if len(strides) != len(shape):
+        return False
+    if any(d == 0 for d in shape):
+        return True
+    for order in (reversed(range(len(shape))), range(len(shape))):  # C, then F
+        step = itemsize
+        for i in order:
+            if shape[i] != 1:
+                if strides[i] != step:
+                    break
+                step *= shape[i]
+        else:
+            return True
+    return False
 
 
 def _scalar_type(t: Any) -> type[np.generic]:
@@ -120,13 +184,14 @@ def _scalar_type(t: Any) -> type[np.generic]:
     if t in (bool, int, float):
         return _SCALARS[t]
     if isinstance(t, type) and issubclass(t, np.generic):
-        return t
+        return numpy_base(t) or t  # a subclass of a numpy scalar type spells as its base
     raise TypeError(f"expected a numpy scalar type or dtype, got {t!r}")
 
 
 def ctype(t: Any) -> str:
     """How CUDA C spells the scalar type ``t`` (a numpy scalar type or dtype):
-    ``ctype(np.float32) == "float"``, ``ctype(np.int64) == "long long"``."""
+    ``ctype(np.float32) == "float"``, ``ctype(np.int64) == "long long"``,
+    ``ctype(np.float16) == "__half"`` (which needs ``#include <cuda_fp16.h>``)."""
     st = _scalar_type(t)
     abi = _abi(st)
     if abi is None:
@@ -139,7 +204,8 @@ def ctype(t: Any) -> str:
 
 
 def param_ctype(t: type) -> type:
-    """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays)."""
+    """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays;
+    ``c_uint16`` for ``np.float16``, holding :func:`half_bits` of the value)."""
     if isinstance(t, type) and issubclass(t, Array):
         return ctypes.c_uint64
     abi = _abi(t) if isinstance(t, type) and issubclass(t, np.generic) else None
