@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from . import world as _world
-from .methods import GenericFunction, Method, MethodInstance
+from .methods import GenericFunction, Method, MethodInstance, register_backedges
 
 __all__ = [
     "Artifact",
@@ -154,7 +154,7 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-_cache: dict[tuple[MethodInstance, CompilerConfig], list[CodeInstance]] = {}
+_cache: dict[tuple[MethodInstance, CompilerConfig], tuple[CodeInstance, ...]] = {}
 _cache_lock = threading.RLock()
 _compiles = 0
 _hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
@@ -205,19 +205,22 @@ def _store(
 ) -> None:
     """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used."""
     with _world.lock():
-        for gf, tt, method in deps:
-            gf.add_backedge(tt, method, ci)
         # A definition made since the job's world ran before these edges existed: if any
-        # dispatch changed since, trust this code in its own world only.
+        # dispatch changed since, trust this code in its own world only (and register
+        # nothing: no later definition can end a range that is already closed).
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
-            ci.invalidate(job.world)
-    _cache.setdefault((job.mi, job.config), []).append(ci)
+            ci.max_world = job.world
+        else:
+            register_backedges(ci, deps)
+        key = (job.mi, job.config)
+        _cache[key] = (ci, *_cache.get(key, ()))  # one store: the edges are in place first
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:
+    w = job.world
     for ci in _cache.get((job.mi, job.config), ()):
-        if ci.valid(job.world):
+        if ci.min_world <= w <= ci.max_world:
             return ci
     return None
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import inspect
 import sys
-import threading
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
@@ -153,9 +153,11 @@ class MethodInstance:
 
 
 class Backedge(Protocol):
-    """What code compiled against a dispatch registers: see :meth:`GenericFunction.add_backedge`."""
+    """What code compiled against a dispatch registers (see :func:`register_backedges`):
+    an object hashed by identity whose ``max_world`` a definition lowers to end its
+    validity. (Set as an attribute, inside the definition's one commit, never by a call.)"""
 
-    def invalidate(self, max_world: int) -> None: ...
+    max_world: int
 
 
 def signature_of(fn: Callable[..., Any]) -> tuple[type, ...]:
@@ -221,16 +223,88 @@ def _check_tt(name: str, tt: object) -> tuple[type, ...]:
     return tt
 
 
+class _Dispatch:
+    """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
+
+    __slots__ = ("max_world", "mi", "min_world")
+
+    def __init__(self, min_world: int, max_world: int, mi: MethodInstance) -> None:
+        self.min_world = min_world
+        self.max_world = max_world
+        self.mi = mi
+
+    def __repr__(self) -> str:
+        return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
+
+
+#: How many world ranges the dispatch cache keeps per signature (the newest ones).
+DISPATCH_DEPTH = 4
+
+#: Where each backedge is registered: edge -> ((generic function, tt), ...).
+_edge_sites: dict[Any, tuple[tuple[GenericFunction, tuple[type, ...]], ...]] = {}
+#: Called, with the world lock held, with the edges a definition (or a store) ended.
+_on_invalidate: list[Callable[[list[Any]], None]] = []
+
+
+def register_backedges(
+    edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
+) -> None:
+    """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``, all at once: a definition
+    that makes ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s
+    validity (sets its ``max_world``) and removes it from every place it is registered.
+    Call with the world lock held."""
+    sites = _edge_sites.get(edge, ())
+    ops = []
+    new_tables: dict[tuple[int, tuple[type, ...]], dict[Any, Method]] = {}
+    for gf, tt, method in deps:
+        table = gf._edges.get(tt)
+        if table is None:
+            table = new_tables.get((id(gf), tt))
+            if table is None:
+                table = new_tables[id(gf), tt] = {}
+                ops.append(partial(gf._edges.__setitem__, tt, table))
+        ops.append(partial(table.__setitem__, edge, method))
+        sites = (*sites, (gf, tt))
+    ops.append(partial(_edge_sites.__setitem__, edge, sites))
+    _world.commit(ops)
+
+
+def _close_edges(edges: Iterable[Any], max_world: int, ops: list[Any]) -> None:
+    """Append to ``ops`` what ends each edge's validity at ``max_world`` and unregisters it."""
+    for edge in edges:
+        if edge.max_world > max_world:
+            ops.append(partial(setattr, edge, "max_world", max_world))
+        for gf, tt in _edge_sites.get(edge, ()):
+            table = gf._edges.get(tt)
+            if table is not None:
+                ops.append(partial(table.pop, edge, None))
+        ops.append(partial(_edge_sites.pop, edge, None))
+
+
 class GenericFunction:
-    """A named method table. ``@gf.method`` adds (or replaces) a method from annotations."""
+    """A named method table. ``@gf.method`` adds (or replaces) a method from annotations.
+
+    Dispatch goes through a cache per argument-type tuple ``tt`` holding world ranges, as
+    Julia's method cache does: a lookup in a world that one of them covers costs a dict
+    lookup and a range check, whatever the number of methods and of earlier definitions. A
+    miss in a world from the newest definition on looks only at the methods visible there
+    (:attr:`_live`); only a miss in an older world scans the whole history. A definition
+    ends the ranges (and the backedges) of the signatures whose dispatch it changes, and
+    only those: it looks at each cached signature once, not at every method ever defined.
+    """
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a generic function's name is a non-empty str, got {name!r}")
         self.name = name
-        self._methods: tuple[Method, ...] = ()  # replaced whole, so readers need no lock
-        self._backedges: list[tuple[tuple[type, ...], Method, Backedge]] = []
-        self._edge_lock = threading.Lock()
+        #: every method ever defined here, in order (an older world dispatches through them)
+        self._history: list[Method] = []
+        #: (the methods visible in every world from ``since`` on, ``since``): replaced whole
+        self._live: tuple[tuple[Method, ...], int] = ((), 0)
+        #: tt -> cached dispatches, newest (highest min_world) first: replaced whole
+        self._cache: dict[tuple[type, ...], tuple[_Dispatch, ...]] = {}
+        #: tt -> {edge: the method it expects tt to dispatch to}
+        self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
 
     def __repr__(self) -> str:
         return f"<generic function {self.name} with {len(self.methods())} method(s)>"
@@ -271,16 +345,37 @@ class GenericFunction:
                     f"got {c!r}"
                 )
         with _world.lock():
-            # Everything below is made consistent for the new world before that world is
-            # published (advance), so a reader in either world dispatches correctly.
+            # Plan every change into ``ops`` (nothing is touched), then make them all in one
+            # C-level call (world.commit): a reader, another thread, or an interrupt sees the
+            # table and the world either wholly before this definition or wholly after.
             new_world = _world.latest() + 1
             method = Method(self, fn, sig, callees, new_world)
-            old = [m for m in self._methods if m.max_world >= new_world and m.signature == sig]
-            for m in old:
-                m.max_world = new_world - 1
-            self._methods = (*self._methods, method)
-            self._invalidate(new_world)
-            _world.advance()
+            live, _ = self._live
+            replaced = [m for m in live if m.signature == sig]
+            new_live = (*(m for m in live if m.signature != sig), method)
+            ops: list[Any] = [partial(setattr, m, "max_world", new_world - 1) for m in replaced]
+            ended: list[Any] = []
+            # Only signatures the new method takes can dispatch differently now (a replaced
+            # method has the new one's signature).
+            for tt, entries in self._cache.items():
+                e = entries[0]
+                if (
+                    e.max_world >= _world.WORLD_MAX
+                    and method.applies_weak(tt)
+                    and self._select_or_none(tt, new_live) is not e.mi.method
+                ):
+                    ops.append(partial(setattr, e, "max_world", new_world - 1))
+            for tt, table in self._edges.items():
+                if table and method.applies_weak(tt):
+                    now = self._select_or_none(tt, new_live)
+                    ended.extend(edge for edge, m in table.items() if m is not now)
+            _close_edges(ended, new_world - 1, ops)
+            ops.append(partial(self._history.append, method))
+            ops.append(partial(setattr, self, "_live", (new_live, new_world)))
+            ops.extend(_world.advance_ops(new_world))
+            _world.commit(ops)
+            for listener in _on_invalidate:
+                listener(ended)
         return method
 
     # -- dispatch ------------------------------------------------------------------------
@@ -288,11 +383,22 @@ class GenericFunction:
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
         w = _world.current() if world is None else world
-        return [m for m in self._methods if m.visible(w)]
+        return list(self._visible(w))
+
+    def _visible(self, world: int) -> Sequence[Method]:
+        live, since = self._live
+        if world >= since:
+            return live
+        return [m for m in self._history if m.visible(world)]
 
     def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
-        visible = [m for m in self._methods if m.visible(world)]
-        return self._select(tt, visible, world)
+        return self._select(tt, self._visible(world), world)
+
+    def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
+        try:
+            return self._select(tt, visible, 0)
+        except MethodError:
+            return None
 
     def _select(self, tt: tuple[type, ...], visible: Sequence[Method], world: int) -> Method:
         """The most specific of the ``visible`` methods that take ``tt``.
@@ -334,37 +440,83 @@ class GenericFunction:
             "define a method more specific than all of them"
         )
 
+    def _range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
+        """The worlds around ``world`` in which the methods that could take ``tt`` (and so
+        its dispatch) are the same as in ``world``."""
+        live, since = self._live
+        if world >= since:
+            # Every live method is visible from ``since`` on; a replaced method's range
+            # ends where its (live, equally applicable) replacement's begins.
+            lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
+            return lo, _world.WORLD_MAX
+        lo, hi = 1, _world.WORLD_MAX
+        for m in self._history:
+            if not m.applies_weak(tt):
+                continue
+            if m.max_world < world:
+                lo = max(lo, m.max_world + 1)
+            elif m.min_world > world:
+                hi = min(hi, m.min_world - 1)
+            else:
+                lo, hi = max(lo, m.min_world), min(hi, m.max_world)
+        return lo, hi
+
     def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
-        """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``."""
+        """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``
+        (with each weak type in it replaced by the concrete type it takes)."""
+        w = _world.WORLD[0] if world is None else world
+        if w is None:
+            w = _world.current()
+        try:
+            entries = self._cache.get(tt)
+        except TypeError:  # unhashable: not a tuple of types (said below)
+            entries = None
+        if entries is not None:
+            for e in entries:
+                if e.min_world <= w <= e.max_world:
+                    return e.mi
+        return self._methodinstance_miss(tt, w)
+
+    def _methodinstance_miss(self, tt: tuple[type, ...], w: int) -> MethodInstance:
         _check_tt(self.name, tt)
-        w = _world.current() if world is None else world
-        m = self._dispatch(tt, w)
-        return m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+        # Under the world lock, so no definition runs between reading the table and storing
+        # the range computed from it (which that definition would then fail to end).
+        with _world.lock():
+            entries = self._cache.get(tt, ())
+            for e in entries:
+                if e.min_world <= w <= e.max_world:
+                    return e.mi
+            m = self._dispatch(tt, w)
+            mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+            if w <= _world.latest():
+                lo, hi = self._range(tt, w)
+                kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
+                self._cache[tt] = tuple(kept[:DISPATCH_DEPTH])
+        return mi
 
     # -- backedges -----------------------------------------------------------------------
 
     def add_backedge(self, tt: tuple[type, ...], method: Method, edge: Backedge) -> None:
-        """Call ``edge.invalidate(w - 1)`` when a definition in world ``w`` changes the
-        dispatch of ``tt`` away from ``method`` (a replacement or a more specific method)."""
-        with self._edge_lock:
-            self._backedges.append((tt, method, edge))
+        """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
+        world ``w`` changes the dispatch of ``tt`` away from ``method`` (a replacement, a
+        more specific method, an ambiguity). See :func:`register_backedges`."""
+        with _world.lock():
+            register_backedges(edge, [(self, tt, method)])
+
+    def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
+        """The registered backedges: (tt, expected method, edge)."""
+        return [(tt, m, edge) for tt, table in self._edges.items() for edge, m in table.items()]
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
         try:
-            return self._dispatch(tt, world)
+            return self.methodinstance(tt, world).method
         except MethodError:
             return None
 
-    def _invalidate(self, new_world: int) -> None:
-        with self._edge_lock:
-            edges, kept = self._backedges, []
-            for tt, method, edge in edges:
-                if self.dispatches_to(tt, new_world) is method:
-                    kept.append((tt, method, edge))
-                else:
-                    edge.invalidate(new_world - 1)
-            self._backedges = kept
+
+def _newest_first(e: _Dispatch) -> int:
+    return -e.min_world
 
 
 def _weak_hint(tt: tuple[type, ...]) -> str:

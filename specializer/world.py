@@ -21,8 +21,10 @@ task world.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
+from functools import partial
 from typing import Any, TypeVar
 
 __all__ = [
@@ -159,9 +161,35 @@ def set_precompile(on: bool) -> None:
 
 def advance() -> int:
     """Raise the counter for a definition; returns the new world. Call with ``lock()`` held."""
-    STATE.latest += 1
-    _refresh()
-    return STATE.latest
+    new = STATE.latest + 1
+    commit(advance_ops(new))
+    return new
+
+
+def advance_ops(new: int) -> list[partial[Any]]:
+    """The changes that publish world ``new`` (for :func:`commit`). Call with ``lock()`` held."""
+    s = STATE
+    hot = None if (s.pins or s.hooks or s.precompile) else new
+    return [partial(setattr, s, "latest", new), partial(WORLD.__setitem__, 0, hot)]
+
+
+_consume = deque(maxlen=0).extend
+_call = partial.__call__
+
+
+def commit(ops: Iterable[partial[Any]]) -> None:
+    """Make every change in ``ops`` (each a ``functools.partial`` of a C function: ``setattr``
+    on a plain attribute, a dict's or a list's own methods) in one C-level call.
+
+    CPython runs a signal handler (so raises ``KeyboardInterrupt``), switches threads, and
+    delivers any other asynchronous exception only between bytecodes, at a function's
+    entry, a backward jump, or a call's return; never inside a C function. So a commit is
+    made whole or not at all, and no other thread sees it half made. An operation plans its
+    changes into a list first (touching nothing), then commits them: an interrupt anywhere
+    in it leaves the state as if it had not begun, or as if it had finished. The partials
+    must not reach Python code: no ``__setattr__``, ``__hash__`` or ``__eq__`` of a Python class.
+    """
+    _consume(map(_call, ops))
 
 
 def lock() -> threading.RLock:

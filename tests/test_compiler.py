@@ -120,7 +120,7 @@ def test_link_failure_stores_nothing():
         with pytest.raises(KeyError):
             run(nolink_cc, 1)
     assert compile_count() == n + 2  # the failed code was not kept
-    assert nolink_cc._backedges == []  # nor anything that points at it
+    assert nolink_cc.backedges() == []  # nor anything that points at it
 
 
 def test_method_body_must_return_source():
@@ -236,3 +236,24 @@ def test_code_of_compiles_once_links_nowhere_and_is_seen_by_hooks():
         code_of(reflected_cc, (np.int64,), CONFIG)
     assert seen == [art]
     assert run(reflected_cc, 5) == 5 and compile_count() == n + 1  # the launch reuses the code
+
+
+def test_backedge_tables_do_not_grow_with_redefinitions():
+    def leaf_body(i):
+        return lambda: f"def grow_leaf(v): return v + {i}"
+
+    from specializer.kernels import DeviceFunction
+
+    grow_leaf = DeviceFunction("grow_leaf")
+    grow_leaf.add_method(leaf_body(0), signature=())
+
+    @kernel(callees=[grow_leaf])
+    def grow_k(x: np.number):
+        return "def grow_k(x): return grow_leaf(x)"
+
+    for i in range(50):
+        grow_leaf.add_method(leaf_body(i), signature=())
+        assert run(grow_k, 1) == 1 + i
+    # one live code instance: one edge on the kernel's dispatch and one on the callee's
+    assert len(grow_k.backedges()) == 1
+    assert len(grow_leaf.backedges()) == 1

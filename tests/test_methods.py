@@ -11,7 +11,9 @@ from specializer import (
     invoke_in_world,
     latest,
 )
+from specializer.methods import DISPATCH_DEPTH
 from specializer.types import DeviceArray
+from specializer.world import WORLD_MAX
 
 
 class Array(DeviceArray):
@@ -197,3 +199,76 @@ def test_method_visible_only_from_its_world():
 
     with pytest.raises(MethodError):
         gf.methodinstance((np.int64,), world=w)
+
+
+def _count_applies(monkeypatch):
+    from specializer.methods import Method
+
+    calls = [0]
+    applies, applies_weak = Method.applies, Method.applies_weak
+
+    def counting(self, tt):
+        calls[0] += 1
+        return applies(self, tt)
+
+    def counting_weak(self, tt):
+        calls[0] += 1
+        return applies_weak(self, tt)
+
+    monkeypatch.setattr(Method, "applies", counting)
+    monkeypatch.setattr(Method, "applies_weak", counting_weak)
+    return calls
+
+
+def test_a_cached_dispatch_looks_at_no_method_after_an_unrelated_definition(monkeypatch):
+    gf = GenericFunction("cached_dispatch")
+    for i, t in enumerate((np.int8, np.int16, np.int32, np.uint8, np.uint16, np.float16)):
+        gf.add_method(lambda x, i=i: i, signature=(t,))
+    gf.add_method(lambda x: "f32", signature=(np.float32,))
+    mi = gf.methodinstance((np.float32,))
+    other = GenericFunction("cached_dispatch_other")
+    calls = _count_applies(monkeypatch)
+    other.add_method(lambda x: 0, signature=(np.float32,))
+    bump()
+    assert gf.methodinstance((np.float32,)) is mi
+    assert calls[0] == 0  # neither the definition nor the lookup looked at a method
+
+
+def test_a_definition_ends_only_the_cached_signatures_it_changes():
+    gf = GenericFunction("ends_only")
+    gf.add_method(lambda x: "number", signature=(np.number,))
+    f32 = gf.methodinstance((np.float32,))
+    i64 = gf.methodinstance((np.int64,))
+    before = latest()
+    gf.add_method(lambda x: "int64", signature=(np.int64,))
+    assert gf._cache[(np.float32,)][0].max_world == WORLD_MAX  # unchanged: still open
+    assert gf._cache[(np.int64,)][0].max_world == before  # changed: ended
+    assert gf.methodinstance((np.float32,)) is f32
+    assert gf.methodinstance((np.int64,)).method.fn(0) == "int64"
+    assert gf.methodinstance((np.int64,), before) is i64
+
+
+def test_dispatch_and_definitions_do_not_look_at_replaced_methods(monkeypatch):
+    gf = GenericFunction("history")
+    for _ in range(300):
+        gf.add_method(lambda x: 0, signature=(np.number,))
+        gf.methodinstance((np.float32,))
+    assert len(gf._history) == 300 and len(gf.methods()) == 1
+    calls = _count_applies(monkeypatch)
+    gf.add_method(lambda x: 1, signature=(np.number,))  # a redefinition
+    mi = gf.methodinstance((np.float32,))  # and the miss after it
+    assert mi.method.fn(0) == 1
+    assert calls[0] <= 4  # the live method only, never the 300 replaced ones
+    assert len(gf._cache[(np.float32,)]) <= DISPATCH_DEPTH
+
+
+def test_an_older_world_still_dispatches_through_the_whole_history():
+    gf = GenericFunction("old_history")
+    worlds = []
+    for i in range(10):
+        gf.add_method(lambda x, i=i: i, signature=(np.number,))
+        worlds.append(latest())
+    for i, w in enumerate(worlds):
+        assert gf.methodinstance((np.float32,), w).method.fn(0) == i
+    for i, w in reversed(list(enumerate(worlds))):
+        assert invoke_in_world(w, gf.methodinstance, (np.float32,)).method.fn(0) == i
