@@ -43,8 +43,8 @@ template without its instance, a device function of this back-end used without b
 in ``callees=``.
 
 ``link`` loads the cubin (or PTX) into one context and gets the function: a
-:class:`LinkedKernel`, what ``cufunction`` caches, together with the launcher
-of the kernel's signature. Its :meth:`~LinkedKernel.get_global` and
+:class:`LinkedKernel`, what ``cufunction`` caches, with the launch path of each
+signature it was looked up for. Its :meth:`~LinkedKernel.get_global` and
 :meth:`~LinkedKernel.copy_to_global` reach the module's ``__constant__`` and
 ``__device__`` variables.
 """
@@ -66,7 +66,6 @@ import numpy as np
 from ...compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from . import _diskcache
 from ._driver import Context, CUDAError, check, driver, pushed
-from ._params import launcher
 
 try:
     from cuda.bindings import nvrtc
@@ -588,12 +587,13 @@ def ptx_globals(ptx: str) -> list[str]:
 
 
 class LinkedKernel:
-    """A kernel loaded into one context with the launcher of its signature: the result
+    """A kernel loaded into one context, with the launch path of each signature it was looked
+    up for (``bound``, the core's, see :mod:`specializer.launching`): the result
     ``cufunction`` caches. It references no kernel instance (captured values come from
     each launch). Its module's ``__constant__`` and ``__device__`` variables are reached
     with :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
 
-    __slots__ = ("arch", "context", "function", "launch", "module", "name", "ptx", "tt")
+    __slots__ = ("arch", "bound", "context", "function", "module", "name", "ptx", "tt")
 
     def __init__(
         self,
@@ -612,7 +612,7 @@ class LinkedKernel:
         self.tt = tt
         self.arch = arch
         self.ptx = ptx  # for naming the module's variables in errors
-        self.launch = launcher(tt)
+        self.bound: dict[Any, Any] = {}  # the launch path per lookup signature (the core's)
 
     def get_global(self, name: str) -> tuple[int, int]:
         """(device pointer, size in bytes) of the module's ``__constant__`` or ``__device__``
