@@ -3,11 +3,14 @@
 
 A back-end makes one :class:`Definitions` (its ``kernel`` and ``device``
 decorators), maps values to argument types with its own ``typeof`` (built on
-:data:`SCALAR_TYPES`), and wraps :func:`uncached_lookup` in ``cached_lookup``.
+:data:`SCALAR_TYPES` and the weak types of :mod:`specializer.types`), and wraps
+:func:`uncached_lookup` in ``cached_lookup`` through a :class:`LookupSite`, which
+:class:`specializer.launching.Launcher` (its launch path) makes for it.
 """
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, ClassVar
@@ -21,7 +24,6 @@ from .methods import GenericFunction
 from .types import type_name
 
 __all__ = [
-    "NO_FRONT",
     "SCALAR_TYPES",
     "Definitions",
     "DeviceFunction",
@@ -30,7 +32,6 @@ __all__ = [
     "LookupSite",
     "code_of",
     "kernel_of",
-    "set_front",
     "uncached_lookup",
     "unsupported_argument",
 ]
@@ -57,48 +58,46 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
     )
 
 
-#: The front entry of a lookup target that has none: its world is no world, so it never hits.
-NO_FRONT: tuple[Any, ...] = (object(), None, None, None, None)
+class _ByName:
+    """Kernels and device functions pickle by reference, as functions do: by the module and
+    qualified name they were defined under, so a worker process gets the one its own import
+    of that module defined (with its own worlds and handles; none of those are pickled)."""
+
+    __module__: str
+    __qualname__: str
+
+    def __reduce__(self) -> str:
+        return self.__qualname__
 
 
-def set_front(
-    F: Any, w: int | None, where: Any, tt: tuple[type, ...], result: Any, host: Any = None
-) -> None:
-    """Publish ``F``'s front entry: ``(w, where, tt, result, host)``.
-
-    The front entry is a back-end's inline copy of its newest cached lookup for ``F`` (a
-    kernel, or a kernel instance's type): the launch path compares ``entry[0] is WORLD[0]``,
-    ``entry[1] is where`` (its queue, or context key) and ``entry[2] == tt`` in its own frame,
-    and takes ``result`` without calling anything. On any difference it runs the cached lookup
-    (``cached_lookup``/``specialize``, which keeps four entries and checks the key by value)
-    and publishes the new entry here. ``host`` is what the back-end returns for a plain kernel
-    (its ``HostKernel``); it stays ``None`` for a kernel instance's type, whose values live in
-    the instance.
-
-    ``w`` must be ``world.WORLD[0]`` as read *before* that lookup ran. The lookup then ran in
-    that world or a newer one; if newer, ``w`` is no longer the latest world and never will be
-    again, so the entry can never hit. ``None`` (a task pinned, a compile hook or precompile
-    mode active) publishes nothing: those lookups must not be remembered. (:meth:`LookupSite.miss`
-    also publishes only if ``WORLD[0]`` is still ``w`` after the lookup, so nothing is
-    remembered when one of those is on by the time the lookup returns either.) The entry is
-    one tuple, replaced whole: a thread reads the old one or the new one, never a mix.
-    """
-    if w is not None:
-        F.front = (w, where, tt, result, host)
-
-
-class DeviceFunction(GenericFunction):
+class DeviceFunction(_ByName, GenericFunction):
     """A device function (callee): its methods take no parameters and return device source."""
 
+    def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if args or "signature" in kwargs:
+            return super().add_method(fn, *args, **kwargs)
+        try:
+            params = list(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            params = []
+        if params:
+            raise TypeError(
+                f"device function {self.name} takes parameters ({', '.join(params)}): a device "
+                "function's body takes none and returns device source, which declares the "
+                "function's own C parameters"
+            )
+        return super().add_method(fn, *args, **kwargs)
 
-class Kernel(GenericFunction):
-    """A generic kernel: methods return device source defining a kernel of this name."""
+
+class Kernel(_ByName, GenericFunction):
+    """A generic kernel: methods return device source defining a kernel of this name.
+
+    A back-end's launch path keeps the kernel's newest lookup on it, as its front entry
+    (see :mod:`specializer.launching`)."""
 
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)
         self.typeof = typeof
-        #: The back-end's newest lookup of this kernel (see :func:`set_front`).
-        self.front: tuple[Any, ...] = NO_FRONT
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
         self._closures_lock = threading.Lock()
 
@@ -128,6 +127,18 @@ class Kernel(GenericFunction):
                     self._closures[tt] = cls
         return cls(values)
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise TypeError(
+            f"kernel {self.name} is not called directly: launch it with its back-end's "
+            f"launch(kernel, *args, ...) (e.g. opencl.launch({self.name}, x, 3, "
+            "global_size=n)), or look it up once with clfunction/cufunction and call that"
+        )
+
+
+def _instance(kernel: Kernel, values: tuple[Any, ...]) -> KernelInstance:
+    """Unpickle a kernel instance: the kernel's own capture of the values."""
+    return kernel.capture(*values)
+
 
 class KernelInstance:
     """A kernel with captured values (a closure). Made by :meth:`Kernel.capture`."""
@@ -135,11 +146,12 @@ class KernelInstance:
     __slots__ = ("__weakref__", "values")
     kernel: ClassVar[Kernel]
     captured: ClassVar[tuple[type, ...]] = ()
-    #: The back-end's newest lookup of this kernel instance type (see :func:`set_front`).
-    front: ClassVar[tuple[Any, ...]] = NO_FRONT
 
     def __init__(self, values: tuple[Any, ...]) -> None:
         self.values = values
+
+    def __reduce__(self) -> Any:
+        return (_instance, (self.kernel, self.values))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} capturing {self.values!r}>"
@@ -194,6 +206,8 @@ class Definitions:
             gf = self._table.get(key)
             if gf is None:
                 gf = cls(name, self.typeof) if cls is Kernel else cls(name)
+                gf.__module__ = key[0]
+                gf.__qualname__ = getattr(fn, "__qualname__", name)
                 self._table[key] = gf
         gf.add_method(fn, callees=callees)
         return gf
@@ -253,14 +267,13 @@ class Definitions:
 
 
 class LookupSite:
-    """A back-end's one call site of the cached lookup, with the front entries in front of it.
+    """A back-end's one call site of the cached lookup (the launch path's miss runs it).
 
     ``link(F, tt, key)`` is the uncached lookup (usually ``uncached_lookup`` with the config
     and context the key names). :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V,
     F, tt, key)`` with ``link`` as the call site and the specialized function kept per
     (F, tt), so a lookup does not search for it by the key's type and ``V`` too (every key is
-    a tuple). :meth:`miss` is what a launch does when ``f``'s front entry does not hold its
-    lookup. The front entry itself is checked inline by the back-end, in its own frame.
+    a tuple).
     """
 
     def __init__(
@@ -282,34 +295,3 @@ class LookupSite:
             return self.link(F, tt, key)
 
         return fn(key, lookup)
-
-    def miss(
-        self,
-        f: Any,
-        tt: Any,
-        where: Any,
-        key: tuple[Any, ...],
-        host: Callable[[Any, tuple[type, ...], Any], Any] | None = None,
-    ) -> tuple[Any, Any]:
-        """The cached lookup for ``f`` (a kernel or kernel instance), then, unless ``where``
-        is ``None`` (a lookup with compiler options, which front entries do not hold), ``F``'s
-        new front entry. Returns the result, and ``host(f, tt, result)`` if ``host`` is given
-        (kept in the entry for a plain kernel, and reused while ``where``, ``tt`` and the
-        result stay the same)."""
-        if type(tt) is not tuple:
-            tt = tuple(tt)
-        F = self.definitions.kernel_type(f)
-        w = _world.WORLD[0]  # before the lookup: see set_front
-        result = self.lookup(F, tt, key)
-        made = None
-        if F is f:  # a plain kernel: keep its host while the lookup's result is the same
-            _, old_where, old_tt, old_result, made = F.front
-            if not (old_result is result and old_where is where and old_tt == tt):
-                made = None
-        if made is None and host is not None:
-            made = host(f, tt, result)
-        # Publish only if WORLD[0] is still w: not when a pin, a hook or precompile mode is on
-        # by now (nothing may be remembered then), nor when the world rose during the lookup.
-        if where is not None and _world.WORLD[0] is w:
-            set_front(F, w, where, tt, result, made if F is f else None)
-        return result, made

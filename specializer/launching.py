@@ -3,17 +3,29 @@ lookup and the ``HostKernel`` call, generated per signature from ``templates/ent
 
 A back-end subclasses :class:`Launcher` and supplies only what is its own:
 
-- ``typeof(value)`` and :meth:`Launcher.kinds`: each argument type's *guard* (what tells, on
-  the fast path, that a value has that type: its class, and its dtype) and *kind* (how the
-  back-end sets it), with the values its template needs;
-- ``template``: its template, extending ``entry.py.j2`` with how to set the arguments and
-  enqueue (the ``launch`` block), and how a launch finds its *where*, the thing a front entry
-  is published for (the queue, the context key);
+- ``typeof(value)`` (given to its :class:`~specializer.kernels.Definitions`), and
+  :meth:`Launcher.guard_of` and :meth:`Launcher.kinds`: each argument type's *guard* (what
+  tells, on the fast path, that a value has that type: its class, and its dtype) and *kind*
+  (how the back-end sets it), with the values its template needs. Python ``int``, ``float``
+  and ``bool`` have the weak types of :mod:`specializer.types`: dispatch resolves each to the
+  concrete type the method declares (``resolved``), and the back-end converts the value to
+  that type on every launch, with a range check (an ``OverflowError`` naming the kernel and
+  the parameter);
+- ``template``: its template, extending ``entry.py.j2`` (whose header says what each block
+  may use and must set), with how to set the arguments and enqueue (the ``launch`` block) and
+  how a launch finds its *where*, the thing a front entry is published for (the queue, the
+  context key). A template outside this package's ``templates/`` is found once its directory
+  is given to :func:`specializer.codegen.add_template_dir`;
 - ``options``/``defaults``: its launch options; :meth:`Launcher.resolve` (the where of a
-  launch, with an option left to its default filled in) and :meth:`Launcher.key` (the lookup
-  key for a where and compiler kwargs, which also refuses unknown kwargs);
-- ``link(F, tt, key)``: the uncached lookup (usually :func:`specializer.kernels.uncached_lookup`),
-  whose result is a linked kernel with a ``bound`` dict the core fills.
+  launch, with an option left to its default filled in), :meth:`Launcher.resolve_where` and
+  :meth:`Launcher.current_where` (the same for a lookup), and :meth:`Launcher.key` (the lookup
+  key, a tuple, for a where and compiler kwargs; it refuses unknown kwargs, naming the launch
+  options and the compiler options);
+- ``link(F, tt, key)``: the uncached lookup (usually :func:`specializer.kernels.uncached_lookup`).
+  Its result, the *linked kernel*, has ``name`` (the kernel's), ``tt`` (the method instance's
+  concrete types, captured ones first) and ``bound``, a dict the core fills; anything a
+  launch needs of one kernel (a handle, a pool, names for messages) comes from it, because
+  the generated code is made once per signature and shared by every kernel of that signature.
 
 The core does what every back-end must get right, so none has to:
 
@@ -38,7 +50,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -92,6 +104,7 @@ class HostKernel(functools.partial):
 
 
 _factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
+_HOSTS = 16  # the HostKernels a linked kernel keeps for plain kernels, per (types, where)
 _factories_lock = threading.Lock()
 
 
@@ -138,16 +151,19 @@ class Launcher:
         """The where of a launch with options ``opts``, and ``opts`` with it filled in."""
         raise NotImplementedError
 
-    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
-        """The lookup key for ``where`` and compiler kwargs ``kw`` (refusing unknown ones)."""
+    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
+        """The lookup key (a tuple) for ``where`` and compiler kwargs ``kw`` (refusing unknown
+        ones, naming the launch options and the compiler options)."""
         raise NotImplementedError
 
     def kinds(
         self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
     ) -> tuple[list[str], list[str], dict[str, Any]]:
-        """For lookup types ``tt`` (captured ones first) and the concrete types they took
-        (``resolved``): the guard of each launch argument, the back-end's kind of each
-        parameter, and the globals its template needs besides ``_C<i>``/``_D<i>``."""
+        """For lookup types ``tt`` and the concrete types they took (``resolved``), both with
+        the ``ncaptured`` captured ones first: the guard of each launch argument (one per
+        ``tt[ncaptured:]``), the back-end's kind of each parameter (one per ``tt``), and the
+        globals its template needs besides ``_C<i>``/``_D<i>``. Made once per signature and
+        shared by every kernel of it: nothing in it may be one kernel's."""
         raise NotImplementedError
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
@@ -198,9 +214,7 @@ class Launcher:
         if b is None:
             captured = _captured(F)
             factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
-            b = linked.bound.setdefault(
-                (tt, instance), factory(linked, self.miss, self.mismatch)
-            )
+            b = linked.bound.setdefault((tt, instance), factory(linked, self.miss, self.mismatch))
         return b
 
     def _factory(
@@ -305,15 +319,14 @@ class Launcher:
         call = self.bound(linked, tt, F)[2]
         hk = None
         if F is f:  # a plain kernel keeps its HostKernel while the lookup's result is the same
-            try:
-                _, old_where, old_tt, old_linked, hk = getattr(F, self._host_attr)
-            except (AttributeError, TypeError, ValueError):
-                hk = None
-            if hk is not None and not (
-                old_linked is linked and old_where is where and old_tt == tt
-            ):
-                hk = None
-        if hk is None:
+            hosts = linked.bound.setdefault("hosts", {})
+            hk = hosts.get((tt, where))
+            if hk is None or hk.f is not f:
+                hk = self.host_class(call, f, where, tt, linked)
+                if len(hosts) >= _HOSTS:  # forget the oldest (a dict keeps insertion order)
+                    del hosts[next(iter(hosts))]
+                hosts[tt, where] = hk
+        else:
             hk = self.host_class(call, f, where, tt, linked)
         if not kw and w is not None and _world.WORLD[0] is w:
             setattr(F, self._host_attr, (w, where, tt, linked, hk if F is f else None))

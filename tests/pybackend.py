@@ -94,16 +94,7 @@ def run(f: Any, *args: Any, context: Any = "ctx0") -> Any:
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 
-# The core renders every template from its own templates/ directory, and its documented
-# interface has no way to add a back-end's own: `Launcher.template` is a name there. This
-# back-end's template lives in tests/, so it adds tests/templates to the search path of
-# codegen's Jinja loader (`codegen.template_path` where the core exposes it; until then the
-# loader's own list, which is what that name would be).
-_template_path = getattr(codegen, "template_path", None)
-if _template_path is None:
-    _template_path = codegen._env.loader.searchpath
-if str(TEMPLATES) not in _template_path:
-    _template_path.append(str(TEMPLATES))
+codegen.add_template_dir(TEMPLATES)  # this back-end's template lives beside it
 
 
 class Array(DeviceArray):

@@ -337,29 +337,3 @@ def test_traceback_points_into_the_generated_lines():
         frames = traceback.extract_tb(e.__traceback__)
     frame = next(f for f in frames if f.name == fn.__name__)
     assert frame.line == "if _w0 is w and (_k0 is key or _k0 == key):"
-
-
-def test_set_front_publishes_an_entry_only_for_a_world_and_per_lookup_target():
-    from specializer.kernels import NO_FRONT, Definitions, set_front
-
-    defs = Definitions(lambda v: np.float32 if isinstance(v, np.float32) else np.int64)
-
-    @defs.kernel
-    def fronted(c: np.number, x: np.float32) -> str:
-        return ""
-
-    assert fronted.front is NO_FRONT
-    assert NO_FRONT[0] is not specializer.latest()
-    set_front(fronted, None, "queue", (np.float32,), "result", "host")  # pinned, hooked, ...
-    assert fronted.front is NO_FRONT
-    w = specializer.latest()
-    set_front(fronted, w, "queue", (np.float32,), "result", "host")
-    assert fronted.front == (w, "queue", (np.float32,), "result", "host")
-    # A kernel instance type has its own entry, shared by its instances, and none of the kernel.
-    F32 = type(fronted.capture(np.float32(1)))
-    I64 = type(fronted.capture(1))
-    assert F32.front is NO_FRONT and F32 is not I64
-    set_front(F32, w, "queue", (np.float32,), "instance result")
-    assert fronted.capture(np.float32(2)).front[3] == "instance result"
-    assert I64.front is NO_FRONT
-    assert fronted.front[3] == "result"

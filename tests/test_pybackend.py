@@ -565,12 +565,6 @@ def test_function_keeps_its_host_kernel_while_the_lookup_result_is_the_same(look
     assert py.function(kept_host, (F32,)) is not first
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the core keeps one HostKernel per kernel (its newest lookup's), so a lookup in "
-    "another context in between makes the next one in the first context a new HostKernel, "
-    "although its lookup's result is the same",
-)
 def test_host_kernel_is_the_same_object_across_alternating_contexts():
     @py.kernel
     def alternating_host(x: F32) -> str:
