@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from . import __version__
@@ -297,13 +297,13 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def _replace_dir(new: Path, out: Path) -> None:
-    """Put directory ``new`` in place of ``out``: afterwards ``out`` is ``new`` or, if this
-    fails, what it was before."""
+def _replace_dir(new: Path, out: Path, owned: Callable[[Path], bool] = _is_dump_dir) -> None:
+    """Put directory ``new`` in place of ``out`` (which ``owned`` must accept): afterwards
+    ``out`` is ``new`` or, if this fails, what it was before."""
     if not (out.exists() or out.is_symlink()):
         os.rename(new, out)  # a new directory, or (on a race) an error
         return
-    if not (out.is_dir() and _is_dump_dir(out)):
+    if not (out.is_dir() and owned(out)):
         raise OSError(errno.EEXIST, "changed meanwhile; not replaced", str(out))
     if _exchange(new, out):
         shutil.rmtree(new, ignore_errors=True)  # the previous set, now under the temporary name
@@ -323,10 +323,13 @@ def _write_file(path: Path, text: str) -> None:
         f.write(text)
 
 
-def write_set(out: Path, files: Iterable[tuple[str, str]]) -> None:
+def write_set(
+    out: Path, files: Iterable[tuple[str, str]], owned: Callable[[Path], bool] = _is_dump_dir
+) -> None:
     """Write ``files`` ((name, text) pairs) as the whole content of directory ``out``: into a
-    temporary directory beside it, then renamed into place. On any failure ``out`` is as it was
-    and no temporary file is left."""
+    temporary directory beside it, then renamed into place (an existing ``out`` must be one
+    ``owned`` accepts: by default, what an earlier dump wrote). On any failure ``out`` is as it
+    was and no temporary file is left."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
@@ -335,7 +338,7 @@ def write_set(out: Path, files: Iterable[tuple[str, str]]) -> None:
         os.chmod(tmp, 0o777 & ~umask)  # as mkdir would make it, not mkdtemp's 0o700
         for name, text in files:
             _write_file(tmp / name, text)
-        _replace_dir(tmp, out)
+        _replace_dir(tmp, out, owned)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -111,6 +111,8 @@ _factories_lock = threading.Lock()
 class Launcher:
     """A back-end's launch path (see the module docstring for what a back-end supplies)."""
 
+    #: the back-end's short name, the first part of its generated functions' names
+    name: ClassVar[str] = "backend"
     #: the back-end's template, extending ``entry.py.j2``
     template: ClassVar[str]
     #: launch option names, in order, and each one's default: "required", "none", "zero", "false"
@@ -133,12 +135,10 @@ class Launcher:
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
             "launch.py.j2",
-            (type(self).__name__, "launch"),
+            (self.name, "launch"),
             {"_miss": self.miss},
-            f"{type(self).__name__}: launch(f, *args, {', '.join(self.options)})",
-            options=list(self.options),
-            defaults=list(self.defaults),
-            attr=self.front_attr,
+            f"{self.name}: launch(f, *args, {', '.join(self.options)})",
+            **self.launch_params(),
         )
 
     # -- what a back-end supplies -----------------------------------------------------------
@@ -227,26 +227,48 @@ class Launcher:
         with _factories_lock:
             factory = _factories.get(ident)
             if factory is None:
-                guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
-                namespace = {"_WORLD": _world.WORLD, "_ndarray": np.ndarray, **namespace}
-                for i, t in enumerate(full[ncaptured:], ncaptured):
-                    _, cls, dtype = self.guard_of(t)
-                    namespace[f"_C{i}"] = cls
-                    namespace[f"_D{i}"] = dtype
+                parts, namespace, params = self.template_params(full, resolved, ncaptured, instance)
                 factory = codegen.generate(
                     self.template,
-                    (type(self).__name__, *(type_name(t) for t in full)),
+                    parts,
                     namespace,
-                    f"{type(self).__name__} launch path for ({', '.join(map(type_name, full))})",
-                    captured=ncaptured,
-                    instance=instance,
-                    guards=guards,
-                    kinds=kinds,
-                    options=list(self.options),
-                    defaults=list(self.defaults),
+                    f"{self.name} launch path for ({', '.join(map(type_name, full))})",
+                    **params,
                 )
                 _factories[ident] = factory
         return factory
+
+    def template_params(
+        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
+    ) -> tuple[tuple[str, ...], dict[str, Any], dict[str, Any]]:
+        """The generated function's name parts, globals and template parameters for one
+        signature (what ``tools/regen_generated.py`` renders for review too)."""
+        guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
+        namespace = {"_WORLD": _world.WORLD, "_ndarray": np.ndarray, **namespace}
+        for i, t in enumerate(full[ncaptured:], ncaptured):
+            _, cls, dtype = self.guard_of(t)
+            namespace[f"_C{i}"] = cls
+            namespace[f"_D{i}"] = dtype
+        parts = (f"{self.name}_entry", *(type_name(t) for t in full))
+        if instance:
+            parts += (f"captured_{ncaptured}",)
+        params = {
+            "captured": ncaptured,
+            "instance": instance,
+            "guards": guards,
+            "kinds": kinds,
+            "options": list(self.options),
+            "defaults": list(self.defaults),
+        }
+        return parts, namespace, params
+
+    def launch_params(self) -> dict[str, Any]:
+        """The template parameters of this back-end's ``launch`` (``launch.py.j2``)."""
+        return {
+            "options": list(self.options),
+            "defaults": list(self.defaults),
+            "attr": self.front_attr,
+        }
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict) -> Any:
         """A launch that its front entry does not hold: type the arguments, look up, publish

@@ -249,6 +249,9 @@ def is_subtype(a: type, b: type) -> bool:
 def type_name(t: Any) -> str:
     """A short readable name for a type in messages: ``np.float32``, ``Array[np.float32]``."""
     if isinstance(t, type):
+        short = t.__dict__.get("__argtype_name__")
+        if short is not None:  # a back-end's own argument type: cl.Buffer is "Buffer"
+            return short
         if isinstance(t, (_ArrayMeta, _WeakMeta, _StructMeta)):
             return t.__name__
         if t.__module__ == "numpy":

@@ -12,51 +12,68 @@ import argparse
 import sys
 from pathlib import Path
 
-from specializer.codegen import identifier, render, write_atomic
+import numpy as np
+
+from specializer.__main__ import write_set
+from specializer.codegen import identifier, render
 from specializer.lookup import ENTRIES
+from specializer.types import Struct, Weak
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "generated"
+HEADER = "# Generated from templates/{template} by tools/regen_generated.py; do not edit.\n"
 
-# (template, name parts, parameters): what a process running the demo generates.
-_DEMO_LOOKUPS = [
-    ("fill", "Array[np.float32]", "float32"),
-    ("fill", "Array[np.int64]", "int64"),
-    ("axpy", "np.float32", "Array[np.float32]", "Array[np.float32]"),
-    ("apply", "Array[np.float32]"),
-    ("acc", "Array[np.float32]", "float32"),
-]
-_DEMO_OPENCL_LAUNCHERS = [
-    (("Array[np.float32]", "np.float32"), ["array", "scalar"]),
-    (("Array[np.int64]", "np.int64"), ["array", "packed"]),
-    (("np.float32", "Array[np.float32]", "Array[np.float32]"), ["scalar", "array", "array"]),
-    (("Array[np.float32]",), ["array"]),
-]
-DEMO: list[tuple[str, tuple[str, ...], dict]] = [
-    *(
-        ("lookup.py.j2", ("lookup", "link", *sig, "tuple", "LinkedKernel"), {"entries": ENTRIES})
-        for sig in _DEMO_LOOKUPS
-    ),
-    *(
-        ("opencl_launch.py.j2", ("opencl_launch", *tt), {"kinds": kinds})
-        for tt, kinds in _DEMO_OPENCL_LAUNCHERS
-    ),
-]
-# The CUDA back-end's launchers for the same kernel signatures (the demo runs on OpenCL).
-CUDA: list[tuple[str, tuple[str, ...], dict]] = [
-    (
-        "cuda_launch.py.j2",
-        ("cuda_launch", *tt),
-        {
-            "kinds": [
-                "array" if t.startswith("Array[") else "int64" if t == "np.int64" else "scalar"
-                for t in tt
-            ]
-        },
+
+def _lookup(kernel: str, *types: str) -> tuple[str, tuple[str, ...], dict]:
+    """The specialized cached lookup of one kernel signature at the back-ends' one call site."""
+    return (
+        "lookup.py.j2",
+        ("lookup", "link", kernel, *types, "tuple", "LinkedKernel"),
+        {"entries": ENTRIES},
     )
-    for tt, _ in _DEMO_OPENCL_LAUNCHERS
-]
-SPECIALIZATIONS = DEMO + CUDA
+
+
+def _entries(launcher, *signatures) -> list[tuple[str, tuple[str, ...], dict]]:
+    """A back-end's launch function and its launch paths for ``signatures``: (lookup types,
+    the concrete types they take, number captured, kernel instance?)."""
+    out = [("launch.py.j2", (launcher.name, "launch"), launcher.launch_params())]
+    for full, resolved, ncaptured, instance in signatures:
+        parts, _, params = launcher.template_params(full, resolved, ncaptured, instance)
+        out.append((launcher.template, parts, params))
+    return out
+
+
+def _specializations() -> tuple[list, list]:
+    """(what the bundled demo generates, the other reviewed launch paths)."""
+    from specializer.backends import opencl as cl
+    from specializer.backends.cuda import _launch as cu
+
+    F32 = (cl.Array[np.float32], np.float32)
+    float4 = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("w", "<f4")])
+    demo = [
+        *(_lookup(k, "Array[np.float32]", "float32") for k in ("scale", "shift", "acc")),
+        *_entries(cl._launcher, (F32, F32, 0, False)),
+    ]
+    wint = (cl.Buffer, cl.LocalMemory, Weak[int])
+    more = _entries(
+        cl._launcher,
+        (wint, (cl.Buffer, cl.LocalMemory, np.int32), 0, False),
+        ((cl.Image, cl.Sampler, cl.Array[np.float32]),) * 2 + (0, False),
+        ((Struct[float4], cl.Array[np.float32]),) * 2 + (0, False),
+        ((np.float32, cl.Array[np.float32], cl.Array[np.float32]),) * 2 + (1, True),
+    )[1:]  # the launch function is the demo's
+    A = cu.Array
+    more += _entries(
+        cu._launcher,
+        ((A[np.float32], np.float32),) * 2 + (0, False),
+        ((A[np.float32], Weak[int]), (A[np.float32], np.int32), 0, False),
+        ((Struct[float4], np.float16, A[np.float16]),) * 2 + (0, False),
+    )
+    return demo, more
+
+
+DEMO, MORE = _specializations()
+SPECIALIZATIONS = DEMO + MORE
 
 
 def render_all(specializations=SPECIALIZATIONS) -> dict[str, str]:
@@ -64,11 +81,16 @@ def render_all(specializations=SPECIALIZATIONS) -> dict[str, str]:
     files = {}
     for template, parts, params in specializations:
         name = identifier(*parts)
-        header = (
-            f"# Generated from templates/{template} by tools/regen_generated.py; do not edit.\n"
+        files[f"{name}.py"] = HEADER.format(template=template) + render(
+            template, name=name, **params
         )
-        files[f"{name}.py"] = header + render(template, name=name, **params)
     return files
+
+
+def _reviewed(path: Path) -> bool:
+    """Whether ``path`` holds only Python files (generated/ is this tool's; nothing else in it
+    may be lost when it is replaced whole)."""
+    return all(f.suffix == ".py" and f.is_file() for f in path.iterdir())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -92,11 +114,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in differ + stale:
             print(f"generated/{n} is out of date", file=sys.stderr)
         return 1 if differ or stale else 0
-    OUT.mkdir(exist_ok=True)
-    for n in differ:
-        write_atomic(OUT / n, files[n])
-    for n in stale:
-        (OUT / n).unlink()
+    if differ or stale:  # the whole set, or nothing: written beside generated/, renamed in
+        write_set(OUT, sorted(files.items()), owned=_reviewed)
     print(f"generated/: {len(differ)} written, {len(stale)} removed, {len(files)} in all")
     return 0
 

@@ -96,17 +96,25 @@ class _ArgType:
 class Buffer(_ArgType):
     """The argument type of a raw ``pyopencl.Buffer``: a ``__global``/``__constant`` pointer."""
 
+    __argtype_name__ = "Buffer"
+
 
 class LocalMemory(_ArgType):
     """The argument type of ``pyopencl.LocalMemory(nbytes)``: a ``__local T *`` parameter."""
+
+    __argtype_name__ = "LocalMemory"
 
 
 class Image(_ArgType):
     """The argument type of a ``pyopencl.Image``: an ``image2d_t``/``image3d_t``/... parameter."""
 
+    __argtype_name__ = "Image"
+
 
 class Sampler(_ArgType):
     """The argument type of a ``pyopencl.Sampler``: a ``sampler_t`` parameter."""
+
+    __argtype_name__ = "Sampler"
 
 
 _ACCEPTED = (
@@ -760,6 +768,7 @@ class HostKernel(launching.HostKernel):
 
 
 class _OpenCLLauncher(launching.Launcher):
+    name = "opencl"
     template = "opencl_entry.py.j2"
     options = LAUNCH_OPTIONS
     defaults = ("required", "none", "none", "none", "none")

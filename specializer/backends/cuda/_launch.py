@@ -139,6 +139,7 @@ class HostKernel(launching.HostKernel):
 
 
 class _CUDALauncher(launching.Launcher):
+    name = "cuda"
     template = "cuda_entry.py.j2"
     options = LAUNCH_OPTIONS
     defaults = ("required", "required", "none", "zero", "false")

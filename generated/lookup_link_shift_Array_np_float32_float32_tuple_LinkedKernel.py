@@ -1,5 +1,5 @@
 # Generated from templates/lookup.py.j2 by tools/regen_generated.py; do not edit.
-def lookup_link_fill_Array_np_float32_float32_tuple_LinkedKernel(key, lookup, _world=None, _w0=None, _k0=None, _r0=None, _older=None):
+def lookup_link_shift_Array_np_float32_float32_tuple_LinkedKernel(key, lookup, _world=None, _w0=None, _k0=None, _r0=None, _older=None):
     # One read of the world: the latest world, or None while any task is pinned,
     # a compile hook is active or precompile output is on. No entry holds None, so
     # those cases fall through to _miss, which reads the task's own world.

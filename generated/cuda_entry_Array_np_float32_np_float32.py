@@ -1,0 +1,118 @@
+# Generated from templates/cuda_entry.py.j2 by tools/regen_generated.py; do not edit.
+def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch):
+    """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
+    _function = linked.function
+
+    def run(params, grid, block, stream, shared_mem, cooperative, ):
+        # The slow path's launch: every argument was typed, captured values come first.
+        a0, a1, = params
+        if grid.__class__ is int and grid > 0:
+            gx, gy, gz = grid, 1, 1
+        else:
+            gx, gy, gz = _dim3(grid, "grid")
+        if block.__class__ is int and block > 0:
+            bx, by, bz = block, 1, 1
+        else:
+            bx, by, bz = _dim3(block, "block")
+        s = _null if stream is None else _stream(stream)
+        a0 = a0.ptr if a0.__class__ is _own0 else _pointer(linked, 0, a0)
+        try:
+            b = _take()
+        except IndexError:
+            b = _new()
+        try:
+            v = b.values
+            v.a0 = a0
+            v.a1 = a1
+            if cooperative:
+                _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
+                err = 0
+            else:
+                (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
+        finally:
+            _give(b)
+        if err:
+            _failed(err, linked, grid, block, shared_mem)
+
+
+    def front(_w, _where, _kw, _F):
+        # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
+        # kernel instance type) of the lookup it holds. Anything else is a miss.
+        def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
+            where = _local.key
+            if _w is not _WORLD[0] or where is not _where or (kw or _kw) and kw != _kw:
+                return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
+            try:
+                a0, a1, = args
+            except ValueError:
+                return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
+            if not (a0.__class__ is _C0 and a1.__class__ is _C1):
+                return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
+            if grid.__class__ is int and grid > 0:
+                gx, gy, gz = grid, 1, 1
+            else:
+                gx, gy, gz = _dim3(grid, "grid")
+            if block.__class__ is int and block > 0:
+                bx, by, bz = block, 1, 1
+            else:
+                bx, by, bz = _dim3(block, "block")
+            s = _null if stream is None else _stream(stream)
+            a0 = a0.ptr if a0.__class__ is _own0 else _pointer(linked, 0, a0)
+            try:
+                b = _take()
+            except IndexError:
+                b = _new()
+            try:
+                v = b.values
+                v.a0 = a0
+                v.a1 = a1
+                if cooperative:
+                    _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
+                    err = 0
+                else:
+                    (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
+            finally:
+                _give(b)
+            if err:
+                _failed(err, linked, grid, block, shared_mem)
+
+        return entry
+
+    def call(f, where, *args, grid, block, stream=None, shared_mem=0, cooperative=False):
+        # A HostKernel's call: f and where are bound; the arguments must have its types.
+        try:
+            a0, a1, = args
+        except ValueError:
+            return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
+        if not (a0.__class__ is _C0 and a1.__class__ is _C1):
+            return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
+        if grid.__class__ is int and grid > 0:
+            gx, gy, gz = grid, 1, 1
+        else:
+            gx, gy, gz = _dim3(grid, "grid")
+        if block.__class__ is int and block > 0:
+            bx, by, bz = block, 1, 1
+        else:
+            bx, by, bz = _dim3(block, "block")
+        s = _null if stream is None else _stream(stream)
+        a0 = a0.ptr if a0.__class__ is _own0 else _pointer(linked, 0, a0)
+        try:
+            b = _take()
+        except IndexError:
+            b = _new()
+        try:
+            v = b.values
+            v.a0 = a0
+            v.a1 = a1
+            if cooperative:
+                _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
+                err = 0
+            else:
+                (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
+        finally:
+            _give(b)
+        if err:
+            _failed(err, linked, grid, block, shared_mem)
+
+
+    return run, front, call

@@ -1,0 +1,117 @@
+# Generated from templates/opencl_entry.py.j2 by tools/regen_generated.py; do not edit.
+def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch):
+    """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
+    _take = linked.pool.pop
+    _give = linked.pool.append
+    _new = linked.new_record
+
+    def run(params, global_size, local_size, global_offset, wait_for, queue, ):
+        # The slow path's launch: every argument was typed, captured values come first.
+        a0, a1, a2, = params
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
+        else:
+            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+        try:
+            k = _take()
+        except IndexError:
+            k = _new()
+        try:
+            if k[3] is not a0:
+                k[0](0, a0)
+                k[3] = a0
+            if k[4] is not a1:
+                k[0](1, a1)
+                k[4] = a1
+            if k[5] is not a2:
+                k[1](2, _pack2(a2))
+                k[5] = a2
+            return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+        except _FAILURES as e:
+            _failed(linked, (a0, a1, a2, ), e)
+            raise
+        finally:
+            _give(k)
+
+
+    def front(_w, _where, _kw, _F):
+        # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
+        # kernel instance type) of the lookup it holds. Anything else is a miss.
+        def entry(f, args, global_size, local_size, global_offset, wait_for, queue, kw):
+            if queue is None:
+                queue = _DEFAULT[0]
+            where = queue
+            if _w is not _WORLD[0] or where is not _where or (kw or _kw) and kw != _kw:
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            try:
+                a0, a1, a2, = args
+            except ValueError:
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = (global_size,)
+            else:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            try:
+                k = _take()
+            except IndexError:
+                k = _new()
+            try:
+                if k[3] is not a0:
+                    k[0](0, a0)
+                    k[3] = a0
+                if k[4] is not a1:
+                    k[0](1, a1)
+                    k[4] = a1
+                if k[5] is not a2:
+                    k[1](2, _pack2(a2))
+                    k[5] = a2
+                return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+            except _FAILURES as e:
+                _failed(linked, (a0, a1, a2, ), e)
+                raise
+            finally:
+                _give(k)
+
+        return entry
+
+    def call(f, where, *args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None):
+        # A HostKernel's call: f and where are bound; the arguments must have its types.
+        if queue is None:
+            queue = where
+        elif queue is not where:
+            queue = _same_context(linked, queue)
+        try:
+            a0, a1, a2, = args
+        except ValueError:
+            return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
+        if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):
+            return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
+        else:
+            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+        try:
+            k = _take()
+        except IndexError:
+            k = _new()
+        try:
+            if k[3] is not a0:
+                k[0](0, a0)
+                k[3] = a0
+            if k[4] is not a1:
+                k[0](1, a1)
+                k[4] = a1
+            if k[5] is not a2:
+                k[1](2, _pack2(a2))
+                k[5] = a2
+            return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+        except _FAILURES as e:
+            _failed(linked, (a0, a1, a2, ), e)
+            raise
+        finally:
+            _give(k)
+
+
+    return run, front, call

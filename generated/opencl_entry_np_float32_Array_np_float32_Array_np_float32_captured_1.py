@@ -1,0 +1,137 @@
+# Generated from templates/opencl_entry.py.j2 by tools/regen_generated.py; do not edit.
+def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked, miss, mismatch):
+    """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
+    _take = linked.pool.pop
+    _give = linked.pool.append
+    _new = linked.new_record
+
+    def run(params, global_size, local_size, global_offset, wait_for, queue, ):
+        # The slow path's launch: every argument was typed, captured values come first.
+        a0, a1, a2, = params
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
+        else:
+            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+        if a1.offset or not (a1._flags or a1.flags).forc:
+            _bad_array(linked, 1, a1)
+        if a2.offset or not (a2._flags or a2.flags).forc:
+            _bad_array(linked, 2, a2)
+        try:
+            k = _take()
+        except IndexError:
+            k = _new()
+        try:
+            if k[3] is not a0:
+                k[1](0, a0)
+                k[3] = a0
+            b = a1.base_data
+            if k[4] is not b:
+                k[0](1, b)
+                k[4] = b
+            b = a2.base_data
+            if k[5] is not b:
+                k[0](2, b)
+                k[5] = b
+            return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+        except _FAILURES as e:
+            _failed(linked, (a0, a1, a2, ), e)
+            raise
+        finally:
+            _give(k)
+
+
+    def front(_w, _where, _kw, _F):
+        # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
+        # kernel instance type) of the lookup it holds. Anything else is a miss.
+        def entry(f, args, global_size, local_size, global_offset, wait_for, queue, kw):
+            if queue is None:
+                queue = _DEFAULT[0]
+            where = queue
+            if _w is not _WORLD[0] or where is not _where or (kw or _kw) and kw != _kw or f.__class__ is not _F:
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            a0, = f.values
+            try:
+                a1, a2, = args
+            except ValueError:
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = (global_size,)
+            else:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            if a1.offset or not (a1._flags or a1.flags).forc:
+                _bad_array(linked, 1, a1)
+            if a2.offset or not (a2._flags or a2.flags).forc:
+                _bad_array(linked, 2, a2)
+            try:
+                k = _take()
+            except IndexError:
+                k = _new()
+            try:
+                if k[3] is not a0:
+                    k[1](0, a0)
+                    k[3] = a0
+                b = a1.base_data
+                if k[4] is not b:
+                    k[0](1, b)
+                    k[4] = b
+                b = a2.base_data
+                if k[5] is not b:
+                    k[0](2, b)
+                    k[5] = b
+                return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+            except _FAILURES as e:
+                _failed(linked, (a0, a1, a2, ), e)
+                raise
+            finally:
+                _give(k)
+
+        return entry
+
+    def call(f, where, *args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None):
+        # A HostKernel's call: f and where are bound; the arguments must have its types.
+        if queue is None:
+            queue = where
+        elif queue is not where:
+            queue = _same_context(linked, queue)
+        a0, = f.values
+        try:
+            a1, a2, = args
+        except ValueError:
+            return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
+        if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
+            return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
+        else:
+            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+        if a1.offset or not (a1._flags or a1.flags).forc:
+            _bad_array(linked, 1, a1)
+        if a2.offset or not (a2._flags or a2.flags).forc:
+            _bad_array(linked, 2, a2)
+        try:
+            k = _take()
+        except IndexError:
+            k = _new()
+        try:
+            if k[3] is not a0:
+                k[1](0, a0)
+                k[3] = a0
+            b = a1.base_data
+            if k[4] is not b:
+                k[0](1, b)
+                k[4] = b
+            b = a2.base_data
+            if k[5] is not b:
+                k[0](2, b)
+                k[5] = b
+            return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+        except _FAILURES as e:
+            _failed(linked, (a0, a1, a2, ), e)
+            raise
+        finally:
+            _give(k)
+
+
+    return run, front, call
