@@ -864,8 +864,8 @@ __global__ void reduce7(const T *__restrict__ in, T *__restrict__ out, unsigned 
     sum = warp_sum<T>(0xffffffffu, sum);
     if (tid % warpSize == 0) s[tid / warpSize] = sum;
     __syncthreads();
-    if (tid < blockSize / warpSize)
-        sum = warp_sum<T>(0xffffffffu >> (32 - blockSize / warpSize), s[tid]);
+    if (tid < warpSize)  // the whole first warp sums the warps' sums
+        sum = warp_sum<T>(0xffffffffu, tid < blockSize / warpSize ? s[tid] : T(0));
     if (tid == 0) out[blockIdx.x] = sum;
 }
 """

@@ -312,3 +312,274 @@ def test_foreign_arrays_with_the_cuda_array_interface_are_launched():
     run(fill, x, np.float32(4), N)
     cuda.synchronize()
     np.testing.assert_array_equal(cp.asnumpy(x), np.full(N, 4, np.float32))
+
+
+# -- kernels shaped like real programs, run and checked against numpy -------------------------
+#
+# The kernels are test_cuda's (their PTX is checked there without a GPU); here each runs.
+
+import json  # noqa: E402
+import os  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from test_cuda import (  # noqa: E402
+    FakeCAI,
+    atomics,
+    axpy_half,
+    convolutionRowsKernel,
+    matrix_mul,
+    my_pow2,
+    raw_cmul,
+    reduce2,
+    reduce7,
+    reduceSinglePassMultiBlockCG,
+    scalarProductKernel_intrinsics,
+    scale_vec4,
+    sgemm,
+    transposeNoBankConflicts,
+    vector_add,
+)
+
+RNG = np.random.default_rng(12)
+
+
+def test_vector_add_nvrtc_runs():
+    ha, hb = RNG.random(N, np.float32), RNG.random(N, np.float32)
+    a, b, c = cuda.CuArray.from_numpy(ha), cuda.CuArray.from_numpy(hb), cuda.CuArray.zeros(N)
+    run(vector_add, a, b, c, np.int32(N))
+    np.testing.assert_array_equal(c.get(), ha + hb)
+
+
+@pytest.mark.parametrize("index, block", [(np.int32, 16), (np.uint64, 32)])
+def test_matrix_mul_nvrtc_runs_each_entry(index, block):
+    n = 64
+    ha, hb = RNG.random((n, n), np.float32), RNG.random((n, n), np.float32)
+    a, b, c = cuda.CuArray.from_numpy(ha), cuda.CuArray.from_numpy(hb), cuda.CuArray.zeros((n, n))
+    cuda.launch(
+        matrix_mul, c, a, b, index(n), index(n), grid=(n // block, n // block), block=(block, block)
+    )
+    np.testing.assert_allclose(c.get(), ha @ hb, rtol=1e-4)
+
+
+def test_simple_atomic_intrinsics_nvrtc_runs():
+    threads = 64
+    start = np.zeros(11, np.int32)
+    start[4] = start[8] = np.int32(-1)  # min from the top, and from all ones
+    out = cuda.CuArray.from_numpy(start)
+    cuda.launch(atomics, out, grid=1, block=threads)
+    got, t = out.get(), np.arange(threads, dtype=np.int64)
+    assert got[0] == 10 * threads and got[1] == -10 * threads
+    assert 0 <= got[2] < threads and got[3] == threads - 1 and got[4] == -1
+    assert got[5] == threads % 18 and got[6] == 137 - (threads - 1)
+    assert 0 <= got[7] < threads
+    assert got[8] == np.bitwise_and.reduce((2 * t + 7).astype(np.int32)) & -1
+    assert got[9] == -1 and got[10] == np.bitwise_xor.reduce(t.astype(np.int32))
+
+
+def test_transpose_runs():
+    w, h = 48, 32
+    hi = RNG.random((h, w), np.float32)
+    inp, out = cuda.CuArray.from_numpy(hi), cuda.CuArray.zeros((w, h))
+    cuda.launch(
+        transposeNoBankConflicts, out, inp, np.int32(w), np.int32(h), grid=(3, 2), block=(16, 16)
+    )
+    np.testing.assert_array_equal(out.get(), hi.T)
+
+
+def test_fp16_scalar_product_runs():
+    blocks, threads = 128, 128
+    size = blocks * threads * 4
+    ha = RNG.integers(0, 4, 2 * size).astype(np.float16)
+    hb = RNG.integers(0, 2, 2 * size).astype(np.float16)
+    a, b = cuda.CuArray.from_numpy(ha), cuda.CuArray.from_numpy(hb)
+    results = cuda.CuArray.zeros(blocks, np.float32)
+    cuda.launch(
+        scalarProductKernel_intrinsics, a, b, results, np.uint64(size), grid=blocks, block=threads
+    )
+    expected = float(np.dot(ha.astype(np.float64), hb.astype(np.float64)))
+    assert abs(float(results.get().sum()) - expected) <= 1e-3 * expected
+
+
+def test_a_float16_scalar_is_passed_as_a_half():
+    hx, hy = RNG.random(N).astype(np.float16), RNG.random(N).astype(np.float16)
+    x, y = cuda.CuArray.from_numpy(hx), cuda.CuArray.from_numpy(hy)
+    run(axpy_half, np.float16(0.5), x, y, np.int32(N))
+    expected = np.float32(0.5) * hx.astype(np.float32) + hy.astype(np.float32)
+    np.testing.assert_allclose(y.get().astype(np.float32), expected, rtol=0, atol=3e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_reduction_template_kernels_run(dtype):
+    n, block = 4096, 256
+    hx = (RNG.random(n) * 10).astype(dtype)
+    x, partial = cuda.CuArray.from_numpy(hx), cuda.CuArray.zeros(n // block, dtype)
+    item = np.dtype(dtype).itemsize
+    cuda.launch(
+        reduce2, x, partial, np.uint32(n), grid=n // block, block=block, shared_mem=block * item
+    )
+    np.testing.assert_allclose(partial.get().sum(), hx.sum(), rtol=1e-5)
+    out = cuda.CuArray.zeros(8, dtype)
+    cuda.launch(reduce7, x, out, np.uint32(n), grid=8, block=block, shared_mem=(block // 32) * item)
+    np.testing.assert_allclose(out.get().sum(), hx.sum(), rtol=1e-5)
+
+
+def test_reduction_multi_block_cg_runs_cooperatively_and_a_grid_too_large_is_refused():
+    n, block = 1 << 16, 256
+    hx = RNG.random(n, np.float32)
+    x, out = cuda.CuArray.from_numpy(hx), cuda.CuArray.zeros(64, np.float32)
+    tt = (A[np.float32], A[np.float32], np.uint32)
+    hk = cuda.cufunction(reduceSinglePassMultiBlockCG, tt)
+    most, per_sm, sms = cuda._driver.max_cooperative_blocks(hk.function, block, 32, hk.context)
+    assert most == per_sm * sms > 0
+    grid = min(64, most)
+    cuda.launch(
+        reduceSinglePassMultiBlockCG,
+        x,
+        out,
+        np.uint32(n),
+        grid=grid,
+        block=block,
+        shared_mem=32,
+        cooperative=True,
+    )
+    np.testing.assert_allclose(out.get()[0], hx.sum(dtype=np.float64), rtol=1e-4)
+    with pytest.raises(ValueError, match=r"cooperative launch of reduceSinglePassMultiBlockCG"):
+        cuda.launch(
+            reduceSinglePassMultiBlockCG,
+            x,
+            out,
+            np.uint32(n),
+            grid=most + 1,
+            block=block,
+            shared_mem=32,
+            cooperative=True,
+        )
+
+
+def test_convolution_separable_sets_its_constant_table_and_runs():
+    w, h, radius = 64, 8, 8
+    taps = RNG.random(2 * radius + 1, np.float32)
+    src = RNG.random((h, w), np.float32)
+    tt = (A[np.float32], A[np.float32], np.int32, np.int32, np.int32)
+    hk = cuda.cufunction(convolutionRowsKernel, tt)
+    ptr, size = hk.get_global("c_Kernel")
+    assert ptr and size == taps.nbytes
+    hk.copy_to_global("c_Kernel", taps)
+    np.testing.assert_array_equal(hk.copy_from_global("c_Kernel", np.float32), taps)
+    with pytest.raises(ValueError, match="68 bytes"):
+        hk.copy_to_global("c_Kernel", taps[:-1])
+    with pytest.raises(
+        cuda.CUDAError, match=r"no __constant__ or __device__ variable named 'c_K'.*c_Kernel"
+    ):
+        hk.get_global("c_K")
+    d_src, d_dst = cuda.CuArray.from_numpy(src), cuda.CuArray.zeros((h, w))
+    hk(d_dst, d_src, np.int32(w), np.int32(h), np.int32(w), grid=(w // 32, h // 4), block=(32, 4))
+    padded = np.pad(src.astype(np.float64), ((0, 0), (radius, radius)))
+    expected = np.zeros((h, w))
+    for j in range(-radius, radius + 1):
+        expected += taps[radius - j] * padded[:, radius + j : radius + j + w]
+    np.testing.assert_allclose(d_dst.get(), expected, rtol=1e-5)
+
+
+def test_raw_module_template_with_a_constant_table_and_a_device_counter():
+    n = 300
+    table = np.arange(100, dtype=np.float32) % 3
+    for dtype in (np.int32, np.float32):
+        hx = np.arange(n).astype(dtype)
+        x = cuda.CuArray.from_numpy(hx)
+        hk = cuda.cufunction(my_pow2, (A[dtype], np.int32))
+        hk.copy_to_global("some_table", table)
+        hk.copy_to_global("calls", np.int32(0))
+        hk(x, np.int32(n), grid=3, block=128)
+        hk(x, np.int32(0), grid=1, block=1)
+        np.testing.assert_array_equal(x.get(), hx * hx * table[np.arange(n) % 100].astype(dtype))
+        assert hk.copy_from_global("calls", np.int32).tolist() == [2]
+
+
+def test_cupy_gemm_example_runs_with_its_tile_sizes_from_options():
+    m = n = k = 128
+    sizes = ("-DDIM_X=16", "-DDIM_Y=16", "-DBLK_M=64", "-DBLK_N=64", "-DBLK_K=8")
+    ha, hb, hc = (
+        RNG.random((m, k), np.float32),
+        RNG.random((k, n), np.float32),
+        RNG.random((m, n), np.float32),
+    )
+    a, b, c = (cuda.CuArray.from_numpy(v) for v in (ha, hb, hc))
+    cuda.launch(
+        sgemm,
+        np.int32(m),
+        np.int32(n),
+        np.int32(k),
+        np.float32(2),
+        a,
+        b,
+        np.float32(0.5),
+        c,
+        grid=(n // 64, m // 64),
+        block=(16, 16),
+        options=sizes,
+    )
+    np.testing.assert_allclose(c.get(), 2 * ha @ hb + 0.5 * hc, rtol=1e-4)
+
+
+def test_complex_headers_and_vector_types_run():
+    ha = RNG.random(N) + 1j * RNG.random(N)
+    hb = RNG.random(N) + 1j * RNG.random(N)
+    a, b, out = (
+        cuda.CuArray.from_numpy(ha),
+        cuda.CuArray.from_numpy(hb),
+        cuda.CuArray.zeros(N, np.complex128),
+    )
+    run(raw_cmul, a, b, out, np.int32(N))
+    np.testing.assert_allclose(out.get(), ha * hb, rtol=1e-12)
+    hv = RNG.random(4 * N, np.float32)
+    v = cuda.CuArray.from_numpy(hv)
+    run(scale_vec4, v, np.float32(2), np.int32(N))
+    np.testing.assert_array_equal(v.get(), hv * 2)
+
+
+def test_fortran_ordered_foreign_arrays_are_passed_as_their_pointer():
+    shape = (8, 125)  # N elements, column-major
+    ha = np.asfortranarray(RNG.random(shape, np.float32))
+    hb = np.asfortranarray(RNG.random(shape, np.float32))
+    flat_a = cuda.CuArray.from_numpy(ha.ravel(order="F"))
+    flat_b = cuda.CuArray.from_numpy(hb.ravel(order="F"))
+    out = cuda.CuArray.zeros(N)
+    f_strides = (4, 4 * shape[0])
+    fa = FakeCAI("<f4", shape=shape, strides=f_strides, ptr=flat_a.ptr)
+    fb = FakeCAI("<f4", shape=shape, strides=f_strides, ptr=flat_b.ptr)
+    run(vector_add, fa, fb, out, np.int32(N))
+    np.testing.assert_array_equal(out.get(), (ha + hb).ravel(order="F"))
+
+
+_DISK_PROGRAM = """
+import json, numpy as np
+from specializer.backends import cuda
+from specializer.backends.cuda import _compiler
+
+@cuda.kernel
+def from_disk(x: cuda.Array[np.float32], n: np.int32) -> str:
+    return '''#include <cooperative_groups.h>
+    extern "C" __global__ void from_disk(float *x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        cooperative_groups::this_thread_block().sync();
+        if (i < n) x[i] = 2.0f * i; }'''
+
+x = cuda.CuArray.zeros(256)
+cuda.launch(from_disk, x, np.int32(256), grid=2, block=128)
+ok = bool((x.get() == 2 * np.arange(256, dtype=np.float32)).all())
+print(json.dumps({"compiles": _compiler.nvrtc_compiles(), "ok": ok}))
+"""
+
+
+def test_a_second_process_loads_the_cubin_from_disk_and_runs_it(tmp_path):
+    env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path)}
+    runs = []
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, "-c", _DISK_PROGRAM], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout))
+    assert runs == [{"compiles": 1, "ok": True}, {"compiles": 0, "ok": True}]

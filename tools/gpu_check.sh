@@ -9,7 +9,8 @@
 # Usage: tools/gpu_check.sh [LOG]        (LOG default: build/gpu_check/gpu_check.log)
 # Environment: PYTHON (default python3); GPU_CHECK_BUDGET, seconds for everything (default
 # 470); GPU_CHECK_EXTRAS=0 skips the optional libraries; GPU_CHECK_VENV, the environment's
-# directory (default build/gpu_check/venv, removed first).
+# directory (default build/gpu_check/venv, removed first). NVRTC's disk cache goes to
+# build/gpu_check/nvrtc-cache, emptied first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WORK=build/gpu_check
@@ -19,6 +20,10 @@ mkdir -p "$(dirname "$LOG")"
 BUDGET=${GPU_CHECK_BUDGET:-470}
 PY=${PYTHON:-python3}
 VENV=${GPU_CHECK_VENV:-$WORK/venv}
+# NVRTC's output on disk (specializer.backends.cuda._diskcache): a fresh directory per run, so
+# the tests and the benchmark compile what they measure and never read the user's cache
+export SPECIALIZER_CACHE_DIR="$PWD/$WORK/nvrtc-cache"
+rm -rf "$SPECIALIZER_CACHE_DIR"
 exec > >(tee "$LOG") 2>&1
 
 # fail fast where no package index can be reached
