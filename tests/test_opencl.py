@@ -762,3 +762,89 @@ def test_demo_checks_its_results_and_prints_the_launch_cost_table(capsys):
     assert "| specializer launch(acc, x, a, global_size=1)" in out
     assert "typed scalars" in out and "floor: arguments set once" in out
     assert "Every result matched numpy" in out
+
+
+# -- errors a new user meets ---------------------------------------------------------------
+
+
+def test_calling_a_kernel_directly_says_to_launch_it():
+    with pytest.raises(TypeError, match=r"kernel add_value is not called directly: launch it"):
+        add_value(np.float32(1))
+
+
+def test_clfunction_given_values_instead_of_types_says_to_pass_types(queue):
+    x = zeros(queue, 4)
+    with pytest.raises(TypeError, match=r"takes argument types, not values.*typeof\(value\)"):
+        cl.clfunction(add_value, (x, np.float32(1)))
+    with pytest.raises(TypeError, match=r"takes a tuple of argument types"):
+        cl.clfunction(add_value, F32)
+    # Python's scalar types stand for the weak types, as a Python value would.
+    hk = cl.clfunction(add_value, (F32, float))
+    hk(x, 2.0, global_size=4)
+    assert x.get().tolist() == [2, 2, 2, 2]
+
+
+def test_a_device_function_with_parameters_is_refused_when_defined():
+    with pytest.raises(TypeError, match=r"device function takes_params takes parameters \(v\)"):
+
+        @cl.device
+        def takes_params(v: np.float32) -> str:
+            return "float takes_params(float v) { return v; }"
+
+
+def test_a_device_function_missing_from_callees_gets_a_hint_in_the_build_error(queue):
+    @cl.device
+    def twice() -> str:
+        return "float twice(float v) { return 2.0f * v; }"
+
+    @cl.kernel  # calls twice, but forgets callees=[twice]
+    def forgets_callee(x: F32) -> str:
+        return """__kernel void forgets_callee(__global float *x) {
+                      x[get_global_id(0)] = twice(x[get_global_id(0)]); }"""
+
+    with pytest.raises(
+        CompileError,
+        match=r"(?s)implicit declaration.*hint: twice is a device function of this back-end "
+        r"that the kernel calls but does not list: add it to @kernel\(callees=\[twice\]\)",
+    ):
+        cl.launch(forgets_callee, zeros(queue, 4), global_size=4)
+
+
+def test_an_unknown_launch_keyword_names_the_launch_and_compiler_options(queue):
+    with pytest.raises(
+        TypeError,
+        match=r"unknown keyword argument\(s\) local: launch options are global_size, local_size, "
+        r"global_offset, wait_for, queue; the compiler option is options=",
+    ):
+        cl.launch(add_value, zeros(queue, 4), np.float32(1), global_size=4, local=2)
+
+
+def test_a_launch_with_build_options_hits_its_front_entry(queue, lookups):
+    x = zeros(queue, 4)
+    opts = ("-cl-fast-relaxed-math",)
+    cl.launch(add_value, x, np.float32(1), global_size=4, options=opts)
+    n = len(lookups)
+    for _ in range(5):
+        cl.launch(add_value, x, np.float32(1), global_size=4, options=opts)
+    assert len(lookups) == n  # no lookup ran: the front entry held it
+    assert x.get().tolist() == [6, 6, 6, 6]
+
+
+def test_a_dropped_context_is_freed_with_what_was_built_for_it():
+    device = cl.default_queue().device
+    refs = []
+    for _ in range(3):
+        ctx = pyopencl.Context([device])
+        q = pyopencl.CommandQueue(ctx)
+        x = cla.zeros(q, 4, np.float32)
+        cl.launch(add_value, x, np.float32(1), global_size=4, queue=q)
+        hk = cl.clfunction(add_value, (F32, np.float32), queue=q)
+        hk(x, np.float32(1), global_size=4)
+        assert x.get().tolist() == [2, 2, 2, 2]
+        refs.append(weakref.ref(ctx))
+        del ctx, q, x, hk
+    # Launch elsewhere, so that the kernel's newest lookup is in another context.
+    cl.launch(add_value, zeros(cl.default_queue(), 4), np.float32(1), global_size=4)
+    cl.clfunction(add_value, (F32, np.float32))
+    gc.collect()
+    assert [r() for r in refs] == [None, None, None]

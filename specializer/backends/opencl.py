@@ -48,6 +48,7 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
+from .. import compiler as _compiler
 from .. import launching
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from ..kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup, unsupported_argument
@@ -631,32 +632,33 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
 
 class _ContextKey:
     """What lookups key on for one live context: compared by identity, holding the context
-    weakly, so no cache keeps a context the user dropped alive."""
+    weakly, so no cache keeps a context the user dropped alive. ``key`` is the lookup key
+    without build options."""
 
-    __slots__ = ("__weakref__", "context", "name")
+    __slots__ = ("__weakref__", "context", "key", "name")
 
     def __init__(self, context: cl.Context) -> None:
         self.context = weakref.ref(context)
         self.name = repr(context)
+        self.key = (self, ())
 
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
 
 
-# Per context its key: gone with the context. Per queue the (context key, no options) pair,
-# found without creating a context wrapper; queues are not weakly referenceable, so the table
-# forgets them in bulk beyond a bound.
+# Per context its key, gone with the context (its finalizer also drops what was linked for
+# it). Queues are not weakly referenceable, so none is kept: a lookup miss asks the queue for
+# its context, and only the newest (queue, key) pair is remembered.
 _context_keys: weakref.WeakKeyDictionary[cl.Context, _ContextKey] = weakref.WeakKeyDictionary()
-_queue_keys: dict[int, tuple[cl.CommandQueue, tuple[_ContextKey, tuple[str, ...]]]] = {}
-_MAX_QUEUES = 64
+_last_key: list[Any] = [None, None]
 _keys_lock = threading.Lock()
 
 
 def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
     """(the queue's context key, no build options)."""
-    hit = _queue_keys.get(id(queue))
-    if hit is not None and hit[0] is queue:
-        return hit[1]
+    last_queue, key = _last_key
+    if last_queue is queue:
+        return key
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
     ctx = queue.context
@@ -664,11 +666,17 @@ def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
         ck = _context_keys.get(ctx)
         if ck is None:
             ck = _context_keys[ctx] = _ContextKey(ctx)
-        key = (ck, ())
-        if len(_queue_keys) >= _MAX_QUEUES:
-            _queue_keys.clear()
-        _queue_keys[id(queue)] = (queue, key)
+            weakref.finalize(ctx, _forget, ck)
+        key = ck.key
+        _last_key[:] = (queue, key)
     return key
+
+
+def _forget(ck: _ContextKey) -> None:
+    """A context is gone: what was built and linked for it goes too."""
+    forget = getattr(_compiler, "forget_context", None)
+    if forget is not None:
+        forget(ck)
 
 
 def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
