@@ -21,7 +21,8 @@ A back-end subclasses :class:`Launcher` and supplies only what is its own:
   :meth:`Launcher.current_where` (the same for a lookup), and :meth:`Launcher.key` (the lookup
   key, a tuple, for a where and compiler kwargs; it refuses unknown kwargs, naming the launch
   options and the compiler options);
-- ``link(F, tt, key)``: the uncached lookup (usually :func:`specializer.kernels.uncached_lookup`).
+- ``link(F, tt, key)``: the uncached lookup (usually :func:`specializer.kernels.uncached_lookup`;
+  the core has checked that ``F`` is this back-end's).
   Its result, the *linked kernel*, has ``name`` (the kernel's), ``tt`` (the method instance's
   concrete types, captured ones first) and ``bound``, a dict the core fills; anything a
   launch needs of one kernel (a handle, a pool, names for messages) comes from it, because

@@ -786,7 +786,6 @@ class _OpenCLLauncher(launching.Launcher):
     lookup_name = "clfunction"
 
     def link(self, F: Any, tt: tuple[type, ...], key: tuple[_ContextKey, tuple[str, ...]]) -> Any:
-        self.definitions.own(F)
         return uncached_lookup(F, tt, _config(key[1]), key[0])
 
     def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:

@@ -149,7 +149,6 @@ class _CUDALauncher(launching.Launcher):
     lookup_name = "cufunction"
 
     def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
-        self.definitions.own(F)
         ctx, kw = key
         return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
 
