@@ -12,6 +12,14 @@ unrelated to the kernel raises the world but recompiles nothing. Compiling
 records backedges on every method table the code dispatched on (the kernel's
 own and its callees', transitively); a definition that changes one of those
 dispatches closes the code's range, so the next lookup recompiles.
+
+Only code some world can still reach is kept: code valid in the latest world, and
+code valid in a world that a live pin holds (a task in ``invoke_in_world``, or a
+context copied there). Each definition releases the rest, with its per-context
+handles, so redefining a kernel a thousand times keeps one program, not a thousand.
+A task pinned later to an older world whose code was released compiles it again.
+So a cache entry holds one open code instance plus at most one per pinned world,
+and finding code scans that, never the history.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from contextlib import contextmanager
 from typing import Any, Protocol
 
 from . import world as _world
-from .methods import GenericFunction, Method, MethodInstance, register_backedges
+from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, register_backedges
 
 __all__ = [
     "Artifact",
@@ -155,6 +163,8 @@ class CodeInstance:
 
 
 _cache: dict[tuple[MethodInstance, CompilerConfig], tuple[CodeInstance, ...]] = {}
+#: Closed code instances kept because a live pin's world may still use them (see _sweep).
+_retained: dict[CodeInstance, None] = {}
 _cache_lock = threading.RLock()
 _compiles = 0
 _hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
@@ -211,10 +221,38 @@ def _store(
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.max_world = job.world
+            _retained[ci] = None  # for its own world only: released once no pin holds that
         else:
             register_backedges(ci, deps)
         key = (job.mi, job.config)
         _cache[key] = (ci, *_cache.get(key, ()))  # one store: the edges are in place first
+
+
+def _sweep(ended: list[Any]) -> None:
+    """Release the code no world can reach: of the code instances ``ended`` (whose range a
+    definition just closed) and those kept before for a pinned world, each one not valid in
+    a world a live pin holds is dropped from the cache with its linked handles. (Code still
+    valid in the latest world is never closed, so never here.) Runs after each definition,
+    with the world lock held."""
+    for ci in ended:
+        if isinstance(ci, CodeInstance):
+            _retained[ci] = None
+    if not _retained:
+        return
+    pinned = _world.pinned_worlds()
+    for ci in list(_retained):
+        if any(ci.min_world <= w <= ci.max_world for w in pinned):
+            continue
+        del _retained[ci]
+        key = (ci.mi, ci.config)
+        kept = tuple(c for c in _cache.get(key, ()) if c is not ci)
+        if kept:
+            _cache[key] = kept
+        else:
+            _cache.pop(key, None)
+
+
+_on_invalidate.append(_sweep)
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:

@@ -69,6 +69,8 @@ def _defaults(entries: list[tuple[int, Any, Any]]) -> tuple[Any, ...]:
 
 def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
     state = _world.STATE
+    if _world.WORLD[0] is None:  # a pin, hook or block may have ended since: see refresh
+        _world.refresh()
     w = _world.current()  # the one world this call runs in
     bypass = state.hooks or state.precompile
     if not bypass:
@@ -77,7 +79,10 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
         for ew, ek, er in _entries(spec.fn):
             if ew == w and (ek is key or ek == key):
                 return er
-    result = _world.invoke_in_world(w, lookup)
+    try:
+        result = _world.invoke_in_world(w, lookup)
+    finally:
+        _world.refresh()  # the pin just ended: let the hot path back in
     if not isinstance(result, spec.V):
         raise TypeError(
             f"the lookup for {spec.what} returned {type(result).__name__}, "

@@ -21,6 +21,7 @@ task world.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextvars import ContextVar
@@ -34,6 +35,7 @@ __all__ = [
     "invoke_in_world",
     "invokelatest",
     "latest",
+    "pinned_worlds",
 ]
 
 R = TypeVar("R")
@@ -45,11 +47,10 @@ WORLD_MAX: int = 2**62
 class _State:
     """The process-wide world state read on the hot path."""
 
-    __slots__ = ("hooks", "latest", "pins", "precompile")
+    __slots__ = ("hooks", "latest", "precompile")
 
     def __init__(self) -> None:
         self.latest = 1  # the global counter
-        self.pins = 0  # live pins (see _Pin)
         self.hooks = 0  # active compile hooks (specializer.compiler)
         self.precompile = False  # precompile-output mode (specializer.precompile)
 
@@ -60,36 +61,61 @@ WORLD: list[int | None] = [STATE.latest]
 _lock = threading.RLock()
 _pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None)
 
+#: The live pins: ``id(pin) -> (its world, a weak reference to it)``. The reference's
+#: callback (``_pins.pop`` of that key: C, so nothing can interrupt it) removes the entry when
+#: the pin dies, however it dies: no count to get wrong, and a pin whose ``__init__`` did not
+#: finish was either never entered here or is removed by the same callback.
+_pins: dict[int, tuple[int, weakref.ref[_Pin]]] = {}
+
+
+def _hot(latest: int) -> int | None:
+    """What ``WORLD[0]`` must hold now: ``latest``, or None while the slow path is needed."""
+    s = STATE
+    return None if (_pins or s.hooks or s.precompile) else latest
+
 
 def _refresh() -> None:
     """Recompute the hot value from the state. Call with ``_lock`` held."""
-    s = STATE
-    WORLD[0] = None if (s.pins or s.hooks or s.precompile) else s.latest
+    WORLD[0] = _hot(STATE.latest)
+
+
+def refresh() -> None:
+    """Let the hot path back in if nothing needs the slow path any more (a pin, a hook or a
+    precompile block ends without taking the lock, so this is done on the next slow path)."""
+    if WORLD[0] is None and not _pins:
+        with _lock:
+            _refresh()
 
 
 class _Pin:
     """A task's pinned world.
 
-    Counted while alive rather than while ``invoke_in_world`` runs: a context
-    copied inside the call (an asyncio task created there) keeps the pin, and
-    the hot path must stay off until the last such context is gone.
+    Live while a context holds it rather than while ``invoke_in_world`` runs: a context
+    copied inside the call (an asyncio task created there) keeps the pin, and the hot path
+    must stay off until the last such context is gone.
     """
 
-    __slots__ = ("world",)
+    __slots__ = ("__weakref__", "world")
 
     def __init__(self, world: int) -> None:
         self.world = world
+        key = id(self)
+        entry = (world, weakref.ref(self, partial(_pins.pop, key)))
         with _lock:
-            STATE.pins += 1
-            _refresh()
+            # Two stores, no call between them: nothing can interrupt one without the other.
+            _pins[key] = entry
+            WORLD[0] = None
 
-    def __del__(self) -> None:
-        try:
-            with _lock:
-                STATE.pins -= 1
-                _refresh()
-        except Exception:  # interpreter shutdown: module globals may be gone
-            pass
+
+def pinned_worlds() -> frozenset[int]:
+    """The worlds that live pins hold (the tasks pinned by ``invoke_in_world``, and the
+    contexts copied inside it)."""
+    return frozenset(w for w, _ in _pins.copy().values())
+
+
+def pins() -> int:
+    """How many pins are alive."""
+    return len(_pins)
 
 
 def latest() -> int:
@@ -127,22 +153,25 @@ def _check_world(world: object) -> int:
 
 def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     """Run ``fn(*args, **kwargs)`` pinned to ``world`` (an existing, possibly older, world)."""
-    token = _pin.set(_Pin(_check_world(world)))
+    previous = _pin.get()
+    pin = _Pin(_check_world(world))
     try:
+        _pin.set(pin)  # inside the try: an interrupt just after it still restores below
         return fn(*args, **kwargs)
     finally:
-        _pin.reset(token)
+        _pin.set(previous)  # the first call of the finally: no interrupt can come before it
 
 
 def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     """Run ``fn(*args, **kwargs)`` unpinned, in the latest world, even from a pinned task."""
-    if _pin.get() is None:
+    previous = _pin.get()
+    if previous is None:
         return fn(*args, **kwargs)
-    token = _pin.set(None)
     try:
+        _pin.set(None)
         return fn(*args, **kwargs)
     finally:
-        _pin.reset(token)
+        _pin.set(previous)
 
 
 def set_hooks(delta: int) -> None:
@@ -168,9 +197,7 @@ def advance() -> int:
 
 def advance_ops(new: int) -> list[partial[Any]]:
     """The changes that publish world ``new`` (for :func:`commit`). Call with ``lock()`` held."""
-    s = STATE
-    hot = None if (s.pins or s.hooks or s.precompile) else new
-    return [partial(setattr, s, "latest", new), partial(WORLD.__setitem__, 0, hot)]
+    return [partial(setattr, STATE, "latest", new), partial(WORLD.__setitem__, 0, _hot(new))]
 
 
 _consume = deque(maxlen=0).extend

@@ -1,10 +1,27 @@
+import contextvars
+import gc
+import weakref
+
 import numpy as np
 import pytest
-from pybackend import BACKEND, CONFIG, device, kernel, run
+from pybackend import BACKEND, CONFIG, device, kernel, run, typeof
 
 import specializer
-from specializer import CompileError, compile_count, device_code, device_code_source, latest
+from specializer import (
+    CompileError,
+    compile_count,
+    compiler,
+    device_code,
+    device_code_source,
+    latest,
+)
 from specializer.compiler import CompilerJob, compile_and_link
+from specializer.kernels import DeviceFunction, Kernel, uncached_lookup
+
+
+def uncached(f, *args, context="ctx0"):
+    """A launch through the uncached lookup (no cached_lookup cell keeps a result)."""
+    return uncached_lookup(f, tuple(typeof(a) for a in args), CONFIG, context)(*args)
 
 
 def test_unrelated_definition_raises_the_world_but_recompiles_nothing():
@@ -56,7 +73,7 @@ def test_callee_redefinition_recompiles_dependents_transitively_and_nothing_else
     assert compile_count() == n + 1
 
 
-def test_old_world_reuses_the_code_compiled_for_it():
+def test_old_world_reuses_the_code_compiled_for_it_while_a_pin_holds_that_world():
     @device
     def sq_cc():
         return "def sq_cc(v): return v * v"
@@ -65,17 +82,141 @@ def test_old_world_reuses_the_code_compiled_for_it():
     def app_cc(x: np.number):
         return "def app_cc(x): return sq_cc(x)"
 
-    assert run(app_cc, 3) == 9
+    assert uncached(app_cc, 3) == 9
     old = latest()
+    pinned = specializer.invoke_in_world(old, contextvars.copy_context)  # holds world `old`
 
     @device
     def sq_cc():
         return "def sq_cc(v): return v * v * v"
 
-    assert run(app_cc, 3) == 27
+    assert uncached(app_cc, 3) == 27
     n = compile_count()
-    assert specializer.invoke_in_world(old, run, app_cc, 3) == 9
+    assert pinned.run(uncached, app_cc, 3) == 9
+    assert specializer.invoke_in_world(old, uncached, app_cc, 3) == 9
     assert compile_count() == n
+
+
+def test_an_older_world_whose_code_was_released_compiles_it_again():
+    @device
+    def sq_rel():
+        return "def sq_rel(v): return v * v"
+
+    @kernel(callees=[sq_rel])
+    def app_rel(x: np.number):
+        return "def app_rel(x): return sq_rel(x)"
+
+    assert uncached(app_rel, 3) == 9
+    old = latest()
+
+    @device
+    def sq_rel():
+        return "def sq_rel(v): return v * v * v"
+
+    n = compile_count()
+    assert specializer.invoke_in_world(old, uncached, app_rel, 3) == 9  # no pin held `old`
+    assert compile_count() == n + 1
+    assert uncached(app_rel, 3) == 27 and compile_count() == n + 2
+
+
+def _code(f, tt=(np.int64,)):
+    """The live code instance of ``f(tt)`` in the latest world."""
+    mi = f.methodinstance(tt)
+    return next(ci for ci in compiler._cache[mi, CONFIG] if ci.valid(latest()))
+
+
+def test_redefining_a_kernel_releases_its_old_code_and_handles():
+    def body(i):
+        return lambda x: f"def rel_k(x): return x + {i}"
+
+    rel_k = Kernel("rel_k", typeof)
+    rel_k.add_method(body(0), signature=(np.number,))
+    assert uncached(rel_k, 1) == 1
+    ci = _code(rel_k)
+    artifact, linked = weakref.ref(ci.artifact), weakref.ref(ci.linked["ctx0"])
+    ci = None
+    for i in range(1, 40):
+        rel_k.add_method(body(i), signature=(np.number,))
+        assert uncached(rel_k, 1) == 1 + i
+    gc.collect()
+    assert artifact() is None and linked() is None
+    assert sum(1 for mi, _ in compiler._cache if mi.method.gf is rel_k) == 1
+
+
+def test_redefining_a_callee_releases_the_dependents_old_code():
+    def leaf(i):
+        return lambda: f"def rel_leaf(v): return v * {i}"
+
+    rel_leaf = DeviceFunction("rel_leaf")
+    rel_leaf.add_method(leaf(1), signature=())
+
+    @kernel(callees=[rel_leaf])
+    def rel_top(x: np.number):
+        return "def rel_top(x): return rel_leaf(x)"
+
+    assert uncached(rel_top, 2) == 2
+    first = weakref.ref(_code(rel_top).artifact)
+    for i in range(2, 30):
+        rel_leaf.add_method(leaf(i), signature=())
+        assert uncached(rel_top, 2) == 2 * i
+    gc.collect()
+    assert first() is None
+    (key,) = [k for k in compiler._cache if k[0].method.gf is rel_top]
+    assert len(compiler._cache[key]) == 1  # one code instance, not one per redefinition
+
+
+def test_a_live_pin_keeps_its_worlds_code_until_the_pin_ends():
+    @kernel
+    def pin_keep(x: np.number):
+        return "def pin_keep(x): return 'old'"
+
+    assert uncached(pin_keep, 1) == "old"
+    old = latest()
+    artifact = weakref.ref(_code(pin_keep).artifact)
+    ctx = specializer.invoke_in_world(old, contextvars.copy_context)
+
+    @kernel
+    def pin_keep(x: np.number):
+        return "def pin_keep(x): return 'new'"
+
+    assert uncached(pin_keep, 1) == "new"
+    gc.collect()
+    assert artifact() is not None  # the pinned world can still use it
+    n = compile_count()
+    assert ctx.run(uncached, pin_keep, 1) == "old" and compile_count() == n
+    del ctx
+    gc.collect()
+    assert old not in specializer.world.pinned_worlds()
+    specializer.GenericFunction("pin_keep_unrelated").add_method(lambda: "", signature=())
+    gc.collect()
+    assert artifact() is None  # released by the next definition
+
+
+def test_code_compiled_for_a_pinned_older_world_is_released_when_the_pin_ends():
+    @kernel
+    def pin_old(x: np.number):
+        return "def pin_old(x): return 'old'"
+
+    old = latest()
+
+    @kernel
+    def pin_old(x: np.number):
+        return "def pin_old(x): return 'new'"
+
+    ctx = specializer.invoke_in_world(old, contextvars.copy_context)
+    assert ctx.run(uncached, pin_old, 1) == "old"  # compiled now, for `old` only
+    (ci,) = [c for k, cs in compiler._cache.items() if k[0].method.gf is pin_old for c in cs]
+    assert ci.max_world == old
+    artifact = weakref.ref(ci.artifact)
+    ci = None
+    specializer.bump()
+    specializer.GenericFunction("pin_old_unrelated").add_method(lambda: "", signature=())
+    gc.collect()
+    assert artifact() is not None
+    del ctx
+    specializer.GenericFunction("pin_old_unrelated").add_method(lambda: "", signature=())
+    gc.collect()
+    assert artifact() is None
 
 
 def test_more_specific_method_is_compiled_while_the_old_code_stays_valid_for_its_world():

@@ -374,7 +374,7 @@ def test_asyncio_task_created_inside_invoke_in_world_keeps_the_pin_after_the_cal
     old_method = gf.add_method(_numbered_fn(0), signature=(np.number,))
     old = latest()
     gc.collect()
-    pins_before = world_module.STATE.pins
+    pins_before = world_module.pins()
 
     async def in_task() -> tuple:
         await asyncio.sleep(0)  # runs after invoke_in_world has returned
@@ -396,7 +396,7 @@ def test_asyncio_task_created_inside_invoke_in_world_keeps_the_pin_after_the_cal
     assert mine[:2] == (latest(), "k") and mine[2] is not old_method
     # The pin lived as long as the task's context, and no longer.
     gc.collect()
-    assert world_module.STATE.pins == pins_before
+    assert world_module.pins() == pins_before
 
 
 def test_new_thread_starts_unpinned_even_when_started_by_a_pinned_task():

@@ -33,7 +33,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
-from pybackend import CONFIG, pyfunction, typeof
+from pybackend import CONFIG, typeof
 
 import specializer
 from specializer import (
@@ -226,6 +226,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         )
         self.model.define(name, sig, fid, callees)
         self.methods[fid] = m
+        self._release()
         assert m.min_world == latest() == self.model.world
 
     def _world(self) -> int:
@@ -235,17 +236,25 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         """Run ``fn`` in the innermost pinned context (or unpinned)."""
         return self.pins[-1][1].run(fn, *args) if self.pins else fn(*args)
 
+    def _valid(self, c: Compiled, k: str, tt: tuple[type, ...], w: int) -> bool:
+        """Whether compilation ``c`` is valid in ``w``: nothing the kernel depends on changed
+        between its world and ``w`` (and, if the core trusted it in its own world only, ``w``
+        is not after that world)."""
+        if c.own_world_only and w > c.world:
+            return False
+        lo, hi = sorted((w, c.world))
+        return all(self.model.deps(k, tt, v) == c.deps for v in range(lo, hi + 1))
+
     def _covered(self, k: str, tt: tuple[type, ...], w: int, deps: frozenset) -> bool:
-        """Whether a compilation the model saw is still valid in ``w``: nothing the kernel
-        depends on changed between its world and ``w`` (and, if the core trusted it in its
-        own world only, ``w`` is not after that world)."""
-        for c in self.compiled[(k, tt)]:
-            if c.deps != deps or (c.own_world_only and w > c.world):
-                continue
-            lo, hi = sorted((w, c.world))
-            if all(self.model.deps(k, tt, v) == deps for v in range(lo, hi + 1)):
-                return True
-        return False
+        """Whether a compilation the model saw (and the core still keeps) is valid in ``w``."""
+        return any(c.deps == deps and self._valid(c, k, tt, w) for c in self.compiled[(k, tt)])
+
+    def _release(self) -> None:
+        """After each definition the core keeps only code valid in the latest world or in a
+        world a live pin holds; the rest is released (and compiles again if needed)."""
+        keep = {self.model.world, *(w for w, _ in self.pins)}
+        for (k, tt), cs in self.compiled.items():
+            cs[:] = [c for c in cs if any(self._valid(c, k, tt, w) for w in keep)]
 
     def _check_lookup(self, k: str, tt: tuple[type, ...], ctx_key: str, w: int) -> None:
         """In a task whose world should be ``w``: dispatch, the visible methods, and the
@@ -269,7 +278,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         deps = self.model.deps(k, tt, w)
         before = compile_count()
         try:
-            fn = pyfunction(gf, tt, ctx_key)
+            fn = uncached_lookup(gf, tt, CONFIG, ctx_key)  # machine (b) checks the cache
         except MethodError as e:
             assert type(e) is deps, (e, deps)
             assert compile_count() == before
