@@ -1,5 +1,5 @@
 # Generated from templates/cuda_entry.py.j2 by tools/regen_generated.py; do not edit.
-def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, miss, mismatch):
+def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, miss, mismatch, unknown):
     """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
     _function = linked.function
 
@@ -82,8 +82,10 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
 
         return entry
 
-    def call(f, where, *args, grid, block, stream=None, shared_mem=0, cooperative=False):
+    def call(f, where, *args, grid, block, stream=None, shared_mem=0, cooperative=False, **kw):
         # A HostKernel's call: f and where are bound; the arguments must have its types.
+        if kw:
+            unknown(kw)
         try:
             a0, a1, a2, = args
         except ValueError:

@@ -1,5 +1,5 @@
 # Generated from templates/opencl_entry.py.j2 by tools/regen_generated.py; do not edit.
-def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch):
+def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
     """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
     _take = linked.pool.pop
     _give = linked.pool.append
@@ -28,7 +28,7 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch):
                 k[4] = a1
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, ), e)
+            _failed(linked, (a0, a1, ), e, global_size, local_size)
             raise
         finally:
             _give(k)
@@ -69,15 +69,17 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch):
                     k[4] = a1
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                _failed(linked, (a0, a1, ), e)
+                _failed(linked, (a0, a1, ), e, global_size, local_size)
                 raise
             finally:
                 _give(k)
 
         return entry
 
-    def call(f, where, *args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None):
+    def call(f, where, *args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
         # A HostKernel's call: f and where are bound; the arguments must have its types.
+        if kw:
+            unknown(kw)
         if queue is None:
             queue = where
         elif queue is not where:
@@ -108,7 +110,7 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch):
                 k[4] = a1
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, ), e)
+            _failed(linked, (a0, a1, ), e, global_size, local_size)
             raise
         finally:
             _give(k)

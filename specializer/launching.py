@@ -173,19 +173,21 @@ class Launcher:
 
     # -- the core ---------------------------------------------------------------------------
 
-    def argtypes(self, args: tuple[Any, ...]) -> tuple[type, ...]:
-        """``typeof`` of each argument; an error names the argument's position."""
+    def argtypes(self, args: tuple[Any, ...], F: Any = None) -> tuple[type, ...]:
+        """``typeof`` of each argument; an error names the argument's position (and the
+        kernel ``F``)."""
         typeof = self.typeof
         try:
             return tuple(map(typeof, args))
         except (TypeError, ValueError):
             pass
+        of = "" if F is None else f" of kernel {_name(F)}"
         out = []
         for i, a in enumerate(args):
             try:
                 out.append(typeof(a))
             except (TypeError, ValueError) as e:
-                raise type(e)(f"argument {i}: {e}") from None
+                raise type(e)(f"argument {i}{of} (counting launch arguments from 0): {e}") from None
         return tuple(out)
 
     def tt_of(self, tt: Any) -> tuple[type, ...]:
@@ -215,7 +217,9 @@ class Launcher:
         if b is None:
             captured = _captured(F)
             factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
-            b = linked.bound.setdefault((tt, instance), factory(linked, self.miss, self.mismatch))
+            b = linked.bound.setdefault(
+                (tt, instance), factory(linked, self.miss, self.mismatch, self.unknown)
+            )
         return b
 
     def _factory(
@@ -277,7 +281,7 @@ class Launcher:
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
         where, opts = self.resolve(opts)
-        tt = self.argtypes(args)
+        tt = self.argtypes(args, F)
         key = self.key(where, kw)
         w = _world.WORLD[0]  # before the lookup: see _publish
         linked = self.site.lookup(F, tt, key)
@@ -300,7 +304,7 @@ class Launcher:
         """A HostKernel call whose arguments failed its guard: launch if they have its types
         after all (a numpy scalar subclass, an equal dtype), else say which types it takes."""
         F = self.definitions.kernel_type(f)
-        tt = self.argtypes(args)
+        tt = self.argtypes(args, F)
         b = linked.bound.get((tt, F is not f))
         if b is not None:
             return b[0](args if F is f else f.values + args, *opts)
@@ -309,6 +313,14 @@ class Launcher:
             f"types ({', '.join(map(type_name, tt))}), not the types it was looked up for; look "
             f"it up for those with {self.lookup_name}, or use launch(f, *args, ...), which "
             "looks up what it is given"
+        )
+
+    def unknown(self, kw: dict[str, Any]) -> None:
+        """A HostKernel call given keywords that are not launch options: say which are."""
+        raise TypeError(
+            f"unknown keyword argument(s) {', '.join(sorted(kw))} for a HostKernel call: its "
+            f"launch options are {', '.join(self.options)} (compiler options go to "
+            f"{self.lookup_name}, which looks the kernel up with them)"
         )
 
     def function(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
@@ -363,6 +375,10 @@ class Launcher:
         """:meth:`resolve_where` as cheaply as it can be known, or anything that is no where
         (``None``) when it cannot be without work: the lookup's fast path compares it."""
         raise NotImplementedError
+
+
+def _name(F: Any) -> str:
+    return F.name if isinstance(F, Kernel) else F.kernel.name
 
 
 def _captured(F: Any) -> tuple[type, ...]:

@@ -262,6 +262,8 @@ def _weak_converter(i: int, T: type) -> Any:
 class PyLauncher(Launcher):
     """The launch path of the Python-items back-end (the core's :class:`Launcher`)."""
 
+    name = "py"
+
     template = "python_entry.py.j2"
     options = ("size", "context")
     defaults = ("required", "none")

@@ -393,7 +393,7 @@ def with_driver(tt, launch, lookup_tt=None):
     """The launch path's ``run`` for concrete types ``tt`` (looked up as ``lookup_tt``), calling
     ``launch`` where it calls cuLaunchKernel: ``fn(grid, block, shared_mem, stream, args)``."""
     factory = cuda._launch._launcher._factory(tt if lookup_tt is None else lookup_tt, tt, 0, False)
-    run = factory(Fun(tt), None, None)[0]
+    run = factory(Fun(tt), None, None, None)[0]
 
     def fn(grid, block, shared_mem, stream, args, cooperative=False):
         glb = factory.__globals__

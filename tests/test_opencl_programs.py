@@ -1458,12 +1458,6 @@ def test_values_of_other_kinds_are_refused_naming_the_type(queue):
         cl.LocalMemory(16)
 
 
-@pytest.mark.xfail(
-    reason="a pyopencl.tools.MemoryPool allocation (pyopencl._cl.PooledBuffer, a "
-    "MemoryObjectHolder that holds a buffer, which plain pyopencl kernels take) is refused: "
-    "typeof accepts only Buffer and Image subclasses of MemoryObjectHolder",
-    strict=True,
-)
 def test_a_pooled_buffer_is_a_raw_buffer(queue):
     pool = pyopencl.tools.MemoryPool(pyopencl.tools.ImmediateAllocator(queue))
     a = np.arange(50, dtype=np.float32)
@@ -1561,12 +1555,6 @@ def test_unknown_launch_keyword_lists_launch_and_compiler_options(queue):
         cl.launch(size_probe, x, global_size=4, globl_offset=1)
 
 
-@pytest.mark.xfail(
-    reason="a HostKernel call given an unknown keyword raises Python's bare 'call() got an "
-    "unexpected keyword argument' from the generated call, not a TypeError naming the "
-    "launch options (SPEC 8)",
-    strict=True,
-)
 def test_unknown_keyword_on_a_host_kernel_call_lists_the_launch_options(queue):
     x = to_buffer(queue.context, np.zeros(4, np.int32))
     knl = cl.clfunction(size_probe, (cl.Buffer,))

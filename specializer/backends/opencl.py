@@ -185,10 +185,8 @@ def typeof(value: Any) -> type:
         base = _scalar_base(value.__class__)
         if base is not None:
             return base
-    if isinstance(value, _cl.MemoryObjectHolder):
-        for cls, t in ((_cl.Image, Image), (_cl.Buffer, Buffer)):
-            if isinstance(value, cls):
-                return t
+    if isinstance(value, _cl.MemoryObjectHolder):  # a sub-buffer, a pooled buffer, ...
+        return Image if isinstance(value, _cl.Image) else Buffer
     for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
         if isinstance(value, py):
             return WEAK[py]
@@ -391,9 +389,23 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
 _FAILURES = (cl.Error, struct.error, OverflowError, TypeError)
 
 
-def _failed(linked: LinkedKernel, values: tuple[Any, ...], error: Exception) -> None:
-    """Say which argument a failed launch could not set, and why (raises; returns only when
-    the failure was the enqueue's, to re-raise it as it is)."""
+def _failed(
+    linked: LinkedKernel,
+    values: tuple[Any, ...],
+    error: Exception,
+    global_size: Any = None,
+    local_size: Any = None,
+) -> None:
+    """Say which argument a failed launch could not set, or which work size the device
+    refused, and why (raises; returns only for another failure, to re-raise it as it is)."""
+    if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
+        raise ValueError(
+            f"the device refused local_size={local_size!r} with global_size={global_size!r} "
+            f"for kernel {launching.signature(linked.name, linked.tt)}: a local size must "
+            "divide the global size in each dimension (on devices without non-uniform work "
+            "groups), fit the device's and the kernel's work-group limits, and match a "
+            "reqd_work_group_size attribute"
+        ) from None
     for i, (t, v) in enumerate(zip(linked.tt, values)):
         if isinstance(error, (struct.error, OverflowError)) and isinstance(v, (int, float)):
             try:
