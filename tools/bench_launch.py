@@ -1,26 +1,40 @@
 """Benchmark of an OpenCL launch through specializer against pyopencl's own, on PoCL.
 
-Prints one table measured in one run. Times are microseconds per launch (median and minimum
-of rounds in which the variants are interleaved, in rotating order; every launch enqueues a
-one-work-item kernel with two arguments, with a ``queue.finish()`` every 100), and the ratio
-to pyopencl's call of a kernel retrieved once:
+Prints one table, every variant measured side by side in one run, for a one-work-item kernel
+``k(__global float *a, float b)``; each variant accumulates into an array of its own, and
+every loop calls ``queue.finish()`` every 100 launches:
 
-- ``launch(acc, x, a, global_size=(1,))``;
-- the same through ``clfunction(acc, tt)`` with a known signature, then the call;
-- ``launch`` with the cache bypassed (inside ``specializer.device_code``);
-- pyopencl's ``knl(queue, (1,), None, x.data, a)`` with ``knl`` retrieved once (the baseline);
-- pyopencl's ``prg.acc(queue, ...)``, which retrieves (creates) the kernel on every launch.
+- ``launch(k, x, b, global_size=1)``;
+- ``hk = clfunction(k, tt)``, then ``hk(x, b, global_size=1)``;
+- ``launch(k, x, b, global_size=1, options=("-cl-fast-relaxed-math",))``, a launch with build
+  options that its kernel's front entry holds (a kernel of its own, the same source);
+- ``launch`` with the cache bypassed (inside ``specializer.device_code(lambda job, artifact:
+  None)``);
+- pyopencl typed: ``knl(queue, (1,), None, x.data, b)`` after
+  ``knl.set_scalar_arg_dtypes([None, np.float32])``: the baseline, 1.00;
+- pyopencl untyped: the same call without ``set_scalar_arg_dtypes`` (the old comparison);
+- the floor: the arguments set once, ``pyopencl._cl.enqueue_nd_range_kernel(queue, knl, (1,),
+  None)`` only;
+- the argument kinds ``cl.Buffer``, ``cl.LocalMemory``, ``np.int32`` (weak): ``launch(kk, buf,
+  pyopencl.LocalMemory(64), 1, global_size=1)`` against typed pyopencl with the same arguments.
 
-Then the lookup alone, the seed's "before and after", in nanoseconds and in instructions per
-call under ``valgrind --tool=callgrind`` (the difference of two loop lengths, so start-up
-cancels): a ``clfunction`` hit; the floor under it, a call of a no-op function with
-``clfunction``'s signature; and the same lookup with the cache bypassed, two ways: what a
-back-end without ``cached_lookup`` does (``uncached_lookup`` with a fresh config, then the
-``HostKernel``), and ``clfunction`` itself inside ``specializer.device_code``, where the core
-bypasses its cache.
+Two columns per launch, both less an empty loop's (the same ``finish()`` every 100):
 
-Run: ``python tools/bench_launch.py`` (valgrind for the instruction column; about two minutes
-on two cores, most of it starting pyopencl and PoCL under callgrind).
+- host-thread instructions, from one run of this script under ``valgrind --tool=callgrind
+  --separate-threads=yes --dump-before=getppid``: a marker call ``os.getppid()`` between the
+  loops, and only the main thread's dumps read, so PoCL's worker threads are not counted;
+- per-thread CPU time (``time.thread_time_ns``), the median of interleaved rounds in rotating
+  order;
+
+each as a ratio to typed pyopencl, then the performance bars of issue 10: ``launch`` at most
+0.9x typed pyopencl's instructions and 1.0x its CPU time, a HostKernel call at most 0.85x, a
+launch with build options the same as one without. Every variant's launches are checked to
+have run: its array's value counts them.
+
+Run: ``python tools/bench_launch.py`` (a couple of minutes on two cores, most of it starting
+pyopencl and PoCL under callgrind); ``--python PATH`` runs it all under another interpreter
+(one with specializer, pyopencl and pocl installed); ``--quick`` is a smoke run (fewer loops,
+no valgrind).
 """
 
 from __future__ import annotations
@@ -28,250 +42,403 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import warnings
 
 import numpy as np
 import pyopencl
+import pyopencl._cl as _cl
 import pyopencl.array as cla
-from callgrind import QUIET_ENV  # tools/callgrind.py, beside this script
+from callgrind import thread_dumps  # tools/callgrind.py, beside this script
 
 import specializer
-from specializer import CompilerConfig
 from specializer.backends import opencl as cl
-from specializer.kernels import uncached_lookup
 
-SHORT, LONG = 2_000, 22_000  # callgrind loop lengths of the lookup variants
 FINISH_EVERY = 100
-SOURCE = "__kernel void acc(__global float *x, float a) { x[get_global_id(0)] += a; }"
+CALLGRIND_LAUNCHES = 2_000  # launches per variant and pass under callgrind
+PASSES = 2  # passes over the variants under callgrind: the last is reported
+WARM_UP = 200  # launches per variant before measuring (builds, front entries)
+OPTIONS = ("-cl-fast-relaxed-math",)
+SOURCE = "__kernel void k(__global float *a, float b) { a[get_global_id(0)] += b; }"
+KINDS_SOURCE = (
+    "__kernel void kk(__global float *a, __local float *s, int n) "
+    "{ s[0] = n; a[get_global_id(0)] += s[0]; }"
+)
+
+
+def _kernel():
+    def k(a: cl.Array[np.float32], b: np.float32) -> str:
+        return SOURCE
+
+    return cl.kernel(k)
+
+
+k = _kernel()  # launch and the HostKernel call
+k_options = _kernel()  # the launch with build options: a front entry of its own
+k_bypassed = _kernel()  # the launch inside device_code
 
 
 @cl.kernel
-def acc(x: cl.Array[np.float32], a: np.float32) -> str:
-    return SOURCE
+def kk(a: cl.Buffer, s: cl.LocalMemory, n: np.int32) -> str:
+    return KINDS_SOURCE
 
 
-def _setup(warm_up: bool = True):
-    """Every variant on the same queue, array and scalar: the launch loops (each with the share
-    of the round's launches it makes) and the lookup loops."""
+BASELINE = "pyopencl typed"
+EMPTY = "empty loop"
+ROWS = {  # key: the label in the table
+    "launch": "`launch(k, x, b, global_size=1)`",
+    "hostkernel": "`hk = clfunction(k, tt)`, then `hk(x, b, global_size=1)`",
+    "options": '`launch(k, x, b, global_size=1, options=("-cl-fast-relaxed-math",))`',
+    "bypassed": "`launch`, cache bypassed (inside `device_code(lambda job, artifact: None)`)",
+    BASELINE: "pyopencl typed: `knl(queue, (1,), None, x.data, b)` after "
+    "`knl.set_scalar_arg_dtypes([None, np.float32])`",
+    "pyopencl untyped": "pyopencl untyped: the same without `set_scalar_arg_dtypes`",
+    "floor": "floor: arguments set once, `_cl.enqueue_nd_range_kernel(queue, knl, (1,), None)`",
+    "kinds launch": "`launch(kk, buf, pyopencl.LocalMemory(64), 1, global_size=1)` "
+    "(`cl.Buffer`, `cl.LocalMemory`, `np.int32`)",
+    "kinds pyopencl": "pyopencl typed, the same arguments: `kk(queue, (1,), None, buf, loc, 1)` "
+    "after `set_scalar_arg_dtypes([None, None, np.int32])`",
+    EMPTY: "empty loop (`finish()` every 100), subtracted from every row above",
+}
+
+
+class Variant:
+    """One loop: ``body(n)`` makes n launches (a multiple of FINISH_EVERY, so the queue ends
+    finished); ``read()`` is the value its launches accumulated; ``ran`` how many it made."""
+
+    def __init__(self, body, read, per_launch: float) -> None:
+        self.body, self.read, self.per_launch, self.ran = body, read, per_launch, 0
+
+    def __call__(self, n: int) -> None:
+        self.body(n)
+        self.ran += n
+
+    def check(self, name: str) -> None:
+        want, got = self.ran * self.per_launch, self.read()
+        assert got == want, f"{name}: accumulated {got}, not {want}: launches were lost"
+
+
+def _setup() -> tuple[pyopencl.CommandQueue, dict[str, Variant]]:
     queue = cl.default_queue()
-    x = cla.zeros(queue, 1, np.float32)
-    a = np.float32(1)
-    tt = (cl.Array[np.float32], np.float32)
-    program = pyopencl.Program(queue.context, SOURCE).build()
-    knl = pyopencl.Kernel(program, "acc")
-    warnings.simplefilter("ignore", pyopencl.RepeatedKernelRetrieval)
     finish = queue.finish
     launch, clfunction = cl.launch, cl.clfunction
+    b = np.float32(1)
+    tt = (cl.Array[np.float32], np.float32)
+    program = pyopencl.Program(queue.context, SOURCE).build()
+    kinds_program = pyopencl.Program(queue.context, KINDS_SOURCE).build()
+    warnings.simplefilter("ignore", pyopencl.RepeatedKernelRetrieval)
+
+    def array():
+        return cla.zeros(queue, 1, np.float32)
+
+    def buffer():
+        buf = pyopencl.Buffer(queue.context, pyopencl.mem_flags.READ_WRITE, 4)
+        pyopencl.enqueue_fill_buffer(queue, buf, np.float32(0), 0, 4)
+        return buf
+
+    def read_buffer(buf):
+        out = np.empty(1, np.float32)
+        pyopencl.enqueue_copy(queue, out, buf)
+        return float(out[0])
+
+    variants: dict[str, Variant] = {}
+
+    x = array()
 
     def launch_loop(n):
         for i in range(n):
-            launch(acc, x, a, global_size=(1,))
+            launch(k, x, b, global_size=1)
             if i % FINISH_EVERY == FINISH_EVERY - 1:
                 finish()
 
-    def clfunction_loop(n):
+    variants["launch"] = Variant(launch_loop, lambda x=x: float(x.get()[0]), 1)
+
+    x_hk = array()
+    hk = clfunction(k, tt)
+
+    def hostkernel_loop(n):
         for i in range(n):
-            clfunction(acc, tt)(x, a, global_size=(1,))
+            hk(x_hk, b, global_size=1)
             if i % FINISH_EVERY == FINISH_EVERY - 1:
                 finish()
+
+    variants["hostkernel"] = Variant(hostkernel_loop, lambda: float(x_hk.get()[0]), 1)
+
+    x_opt = array()
+
+    def options_loop(n):
+        for i in range(n):
+            launch(k_options, x_opt, b, global_size=1, options=OPTIONS)
+            if i % FINISH_EVERY == FINISH_EVERY - 1:
+                finish()
+
+    variants["options"] = Variant(options_loop, lambda: float(x_opt.get()[0]), 1)
+
+    x_byp = array()
 
     def bypassed_loop(n):
         with specializer.device_code(lambda job, artifact: None):
-            launch_loop(n)
+            for i in range(n):
+                launch(k_bypassed, x_byp, b, global_size=1)
+                if i % FINISH_EVERY == FINISH_EVERY - 1:
+                    finish()
 
-    def pyopencl_loop(n):
+    variants["bypassed"] = Variant(bypassed_loop, lambda: float(x_byp.get()[0]), 1)
+
+    x_typed = array()
+    typed = pyopencl.Kernel(program, "k")
+    typed.set_scalar_arg_dtypes([None, np.float32])
+
+    def typed_loop(n):
         for i in range(n):
-            knl(queue, (1,), None, x.data, a)
+            typed(queue, (1,), None, x_typed.data, b)
             if i % FINISH_EVERY == FINISH_EVERY - 1:
                 finish()
 
-    def retrieved_loop(n):
+    variants[BASELINE] = Variant(typed_loop, lambda: float(x_typed.get()[0]), 1)
+
+    x_untyped = array()
+    untyped = pyopencl.Kernel(program, "k")
+
+    def untyped_loop(n):
         for i in range(n):
-            program.acc(queue, (1,), None, x.data, a)
+            untyped(queue, (1,), None, x_untyped.data, b)
             if i % FINISH_EVERY == FINISH_EVERY - 1:
                 finish()
 
-    def hit(n):
-        for _ in range(n):
-            clfunction(acc, tt)
+    variants["pyopencl untyped"] = Variant(untyped_loop, lambda: float(x_untyped.get()[0]), 1)
 
-    def uncached(n):  # clfunction with cached_lookup taken out: what a back-end did before
-        for _ in range(n):
-            context = queue.context
-            config = CompilerConfig(cl.BACKEND, ())
-            cl.HostKernel(acc, tt, uncached_lookup(acc, tt, config, context), queue)
+    x_floor = array()
+    floor_knl = pyopencl.Kernel(program, "k")
+    floor_knl.set_args(x_floor.data, b)
+    enqueue = _cl.enqueue_nd_range_kernel
 
-    def hooked(n):  # clfunction itself, the core bypassing its cache while a hook is active
-        with specializer.device_code(lambda job, artifact: None):
-            hit(n)
+    def floor_loop(n):
+        for i in range(n):
+            enqueue(queue, floor_knl, (1,), None)
+            if i % FINISH_EVERY == FINISH_EVERY - 1:
+                finish()
 
-    def noop(f, tt=(), queue=None, **compiler_kwargs):
-        return None
+    variants["floor"] = Variant(floor_loop, lambda: float(x_floor.get()[0]), 1)
 
-    def floor(n):
-        for _ in range(n):
-            noop(acc, tt)
+    buf, loc = buffer(), pyopencl.LocalMemory(64)
 
-    def empty(n):
-        for _ in range(n):
-            pass
+    def kinds_loop(n):
+        for i in range(n):
+            launch(kk, buf, loc, 1, global_size=1)
+            if i % FINISH_EVERY == FINISH_EVERY - 1:
+                finish()
 
-    launches = {
-        "launch(acc, x, a, global_size=(1,))": (launch_loop, 1),
-        "clfunction(acc, tt)(x, a, global_size=(1,))": (clfunction_loop, 1),
-        "launch, cache bypassed (inside device_code)": (bypassed_loop, 1),
-        "pyopencl knl(queue, (1,), None, x.data, a), knl retrieved once": (pyopencl_loop, 1),
-        "pyopencl prg.acc(queue, ...), kernel retrieved per launch": (retrieved_loop, 0.05),
-    }
-    lookups = {
-        "clfunction(acc, tt) hit": hit,
-        "floor: a no-op function with clfunction's signature": floor,
-        "same lookup, cache bypassed: uncached_lookup, then HostKernel": uncached,
-        "same lookup, cache bypassed: clfunction inside device_code": hooked,
-        "empty loop": empty,
-    }
-    if warm_up:
-        for body, _ in launches.values():  # build, warm up, check: x[0] counts every launch
-            body(200)
-        finish()
-        assert x.get()[0] == 200 * len(launches), "a launch variant did not run"
-    for body in lookups.values():
-        body(10)
-    return queue, x, launches, lookups
+    variants["kinds launch"] = Variant(kinds_loop, lambda: read_buffer(buf), 1)
 
+    buf_typed = buffer()
+    kinds_typed = pyopencl.Kernel(kinds_program, "kk")
+    kinds_typed.set_scalar_arg_dtypes([None, None, np.int32])
 
-def _count_under_callgrind(lookups: dict) -> None:
-    """Run each lookup loop for SHORT, then LONG calls, calling ``os.getppid()`` (libc's
-    ``getppid``, where callgrind dumps its counters) before and after each."""
-    os.getppid()  # everything before: start-up
-    for body in lookups.values():
-        body(SHORT)
-        os.getppid()
-        body(LONG)
-        os.getppid()
+    def kinds_typed_loop(n):
+        for i in range(n):
+            kinds_typed(queue, (1,), None, buf_typed, loc, 1)
+            if i % FINISH_EVERY == FINISH_EVERY - 1:
+                finish()
+
+    variants["kinds pyopencl"] = Variant(kinds_typed_loop, lambda: read_buffer(buf_typed), 1)
+
+    def empty_loop(n):
+        for i in range(n):
+            if i % FINISH_EVERY == FINISH_EVERY - 1:
+                finish()
+
+    variants[EMPTY] = Variant(empty_loop, lambda: 0.0, 0)
+
+    assert list(variants) == list(ROWS)
+    for v in variants.values():  # build, publish the front entries, warm up
+        v(WARM_UP)
+    finish()
+    return queue, variants
 
 
-def _instructions(names: list[str]) -> dict[str, float]:
-    """Instructions per call of each lookup loop: one callgrind run of this script, dumping its
-    counters at each marker; (LONG dump - SHORT dump) / (LONG - SHORT) cancels what is fixed."""
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "cg.out")
-        subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--dump-before=getppid",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--under-callgrind",
-            ],
-            check=True,
-            capture_output=True,
-            env=QUIET_ENV,
-        )
-        counts = {}
-        for name in os.listdir(d):
-            m = re.fullmatch(r"cg\.out\.(\d+)", name)
-            if m:
-                with open(os.path.join(d, name)) as f:
-                    total = re.search(r"^(?:summary|totals):\s*(\d+)", f.read(), re.M)
-                counts[int(m.group(1))] = int(total.group(1))
-    # dump 1 is start-up; then each variant's SHORT and LONG loops, in order
-    return {
-        name: (counts[3 + 2 * i] - counts[2 + 2 * i]) / (LONG - SHORT)
-        for i, name in enumerate(names)
-    }
+def _check(variants: dict[str, Variant]) -> None:
+    for name, v in variants.items():
+        v.check(name)
 
 
-def _rounds(bodies: dict, n: int, rounds: int, after=None) -> dict[str, list[float]]:
-    """Per-call times in µs: every round runs each body once, in an order rotating per round."""
-    samples: dict[str, list[float]] = {k: [] for k in bodies}
-    names = list(bodies)
+def _settle(variants: dict[str, Variant]) -> None:
+    """Collect, then run every variant once more, then stop the collector: the first launch of
+    some variant after a collection can cost milliseconds, which no measured loop should hold."""
+    gc.collect()
+    for v in variants.values():
+        v(WARM_UP)
     gc.disable()
+
+
+def _under_callgrind(variants: dict[str, Variant]) -> None:
+    """PASSES passes over the variants, each loop between two markers, in table order: dump 1
+    is start-up, dump 2 + pass * len(variants) + i variant i, the remainder the check."""
+    _settle(variants)
+    os.getppid()
+    for _ in range(PASSES):
+        for v in variants.values():
+            v(CALLGRIND_LAUNCHES)
+            os.getppid()
+    gc.enable()
+    _check(variants)
+
+
+def _instructions(names: list[str]) -> tuple[dict[str, float], str, float]:
+    """Host-thread instructions per launch of each variant in the last pass (not yet less the
+    empty loop), and the variant whose passes differ most, by how much (a fraction)."""
+    dumps = thread_dumps(__file__, "--under-callgrind")
+    if len(dumps) != PASSES * len(names) + 2:
+        raise RuntimeError(f"{len(dumps)} dumps for {PASSES} passes of {len(names)} variants")
+    passes = [
+        {name: dumps[1 + p * len(names) + i] / CALLGRIND_LAUNCHES for i, name in enumerate(names)}
+        for p in range(PASSES)
+    ]
+    spread = {
+        name: (max(q[name] for q in passes) - min(q[name] for q in passes)) / passes[-1][name]
+        for name in names
+    }
+    worst = max(spread, key=spread.__getitem__)
+    return passes[-1], worst, spread[worst]
+
+
+def _rounds(variants: dict[str, Variant], n: int, rounds: int) -> dict[str, list[float]]:
+    """Thread CPU µs per launch: every round runs each loop once, in an order rotating by one
+    variant per round."""
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    names = list(variants)
+    clock = time.thread_time_ns
+    _settle(variants)
     try:
         for r in range(rounds):
             for name in names[r % len(names) :] + names[: r % len(names)]:
-                body, share = bodies[name]
-                m = max(1, int(n * share))
-                t = time.perf_counter_ns()
-                body(m)
-                if after:
-                    after()
-                samples[name].append((time.perf_counter_ns() - t) / m / 1000)
+                v = variants[name]
+                t = clock()
+                v(n)
+                samples[name].append((clock() - t) / n / 1000)
             print(".", end="", file=sys.stderr, flush=True)
     finally:
         gc.enable()
     return samples
 
 
+def _bar(value: float, limit: float) -> str:
+    return f"{value:.3f} (bar: at most {limit:.2f}: {'holds' if value <= limit else 'MISSED'})"
+
+
+def _same(value: float, tolerance: float = 0.05) -> str:
+    ok = abs(value - 1) <= tolerance
+    return f"{value:.3f} ({'the same' if ok else 'NOT the same'} within {tolerance:.0%})"
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--under-callgrind", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--launches", type=int, default=2000, help="launches per variant and round")
-    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--rounds", type=int, default=25, help="interleaved rounds")
+    p.add_argument("--quick", action="store_true", help="a smoke run: fewer loops, no valgrind")
+    p.add_argument(
+        "--python",
+        metavar="PATH",
+        help="run the whole benchmark under this interpreter (with specializer, pyopencl, pocl)",
+    )
     args = p.parse_args()
-    queue, x, launches, lookups = _setup(warm_up=not args.under_callgrind)
+    if args.python:
+        argv = [args.python, os.path.abspath(__file__)]
+        argv += ["--launches", str(args.launches), "--rounds", str(args.rounds)]
+        argv += ["--quick"] if args.quick else []
+        return subprocess.run(argv).returncode
+    if args.quick:
+        args.launches, args.rounds = min(args.launches, 200), min(args.rounds, 3)
+    n = max(FINISH_EVERY, args.launches // FINISH_EVERY * FINISH_EVERY)
+    assert 2 * WARM_UP + n * args.rounds < 2**24, "too many launches to count exactly in a float32"
+
+    queue, variants = _setup()
     if args.under_callgrind:
-        _count_under_callgrind(lookups)
+        _under_callgrind(variants)
         return 0
 
-    have_vg = shutil.which("valgrind") is not None
+    have_vg = not args.quick and shutil.which("valgrind") is not None
     print(
-        f"Python {sys.version.split()[0]}, pyopencl {pyopencl.VERSION_TEXT}, "
-        f"specializer {specializer.__version__}, {queue.device.name} "
-        f"({queue.device.platform.name}), {os.cpu_count()} CPUs"
+        f"Python {sys.version.split()[0]} ({sys.executable}), numpy {np.__version__}, "
+        f"pyopencl {pyopencl.VERSION_TEXT}, specializer {specializer.__version__}, "
+        f"{queue.device.name} ({queue.device.platform.name}), {os.cpu_count()} CPUs"
     )
     print(
-        f"launches: medians of {args.rounds} interleaved rounds of {args.launches} launches "
-        f"(kernel retrieved per launch: {int(args.launches * 0.05)}), finish every "
-        f"{FINISH_EVERY}; lookups: callgrind loops {SHORT} and {LONG}"
-        + ("" if have_vg else " (valgrind not found)"),
+        f"thread CPU time: medians of {args.rounds} interleaved rounds of {n} launches per "
+        f"variant; host instructions: "
+        + (
+            f"{CALLGRIND_LAUNCHES} launches per variant under callgrind --separate-threads=yes, "
+            f"main thread only, the last of {PASSES} passes"
+            if have_vg
+            else ("not measured (--quick)" if args.quick else "not measured (no valgrind)")
+        )
+        + f"; finish() every {FINISH_EVERY}; both less the empty loop's",
         flush=True,
     )
     print("measuring", end="", file=sys.stderr, flush=True)
-    x.fill(0)
-    t_launch = _rounds(launches, args.launches, args.rounds, queue.finish)
-    t_lookup = _rounds({k: (b, 10) for k, b in lookups.items()}, args.launches, args.rounds)
-    insns = _instructions(list(lookups)) if have_vg else {}
+    samples = _rounds(variants, n, args.rounds)
+    _check(variants)
+    insns, worst, spread = (  # its own run checks its launches
+        _instructions(list(variants)) if have_vg else ({}, "", 0.0)
+    )
     print(" done", file=sys.stderr)
-    total = sum(int(args.launches * share) * args.rounds for _, share in launches.values())
-    assert x.get()[0] == total, f"x[0] = {x.get()[0]}, not {total}: a launch was lost"
 
-    med = {k: statistics.median(v) for k, v in {**t_launch, **t_lookup}.items()}
-    low = {k: min(v) for k, v in {**t_launch, **t_lookup}.items()}
-    names = list(launches)
-    ref = med[names[3]]
-    print("\n| variant | µs/call (median) | min | x pyopencl | instructions/call |")
-    print("|---|---:|---:|---:|---:|")
-    for k in names:
-        print(f"| {k} | {med[k]:.2f} | {low[k]:.2f} | {med[k] / ref:.2f} | |")
-    empty_t, empty_i = med["empty loop"], insns.get("empty loop", 0.0)
-    for k in lookups:
-        if k == "empty loop":
-            continue
-        i = insns.get(k, float("nan")) - empty_i
-        print(f"| {k} | {med[k] - empty_t:.3f} | {low[k] - empty_t:.3f} | | {i:.0f} |")
-
-    ratio = med[names[0]] / ref
+    med = {name: statistics.median(s) for name, s in samples.items()}
+    cpu = {name: med[name] - med[EMPTY] for name in variants}
+    ins = {name: insns[name] - insns[EMPTY] for name in variants} if insns else {}
     print(
-        f"\nlaunch(...) / pyopencl's call of a kernel retrieved once: {ratio:.2f} "
-        "(bar: at most 1.05)"
+        "\n| variant | host insns/launch | x typed pyopencl | thread CPU µs/launch "
+        "| x typed pyopencl |"
+    )
+    print("|---|---:|---:|---:|---:|")
+    for name, label in ROWS.items():
+        if name == EMPTY:
+            i = f"{insns[name]:,.0f}" if insns else "-"
+            print(f"| {label} | {i} | | {med[name]:.3f} | |")
+            continue
+        i, ir = (f"{ins[name]:,.0f}", f"{ins[name] / ins[BASELINE]:.2f}") if ins else ("-", "-")
+        print(f"| {label} | {i} | {ir} | {cpu[name]:.3f} | {cpu[name] / cpu[BASELINE]:.2f} |")
+
+    def ratio(a: str, b: str) -> tuple[float | None, float]:
+        return (ins[a] / ins[b] if ins else None), cpu[a] / cpu[b]
+
+    def fmt(r: float | None, bar) -> str:
+        return "not measured" if r is None else bar(r)
+
+    print("\nbars (issue 10):")
+    r_i, r_c = ratio("launch", BASELINE)
+    print(f"  launch / typed pyopencl, host instructions: {fmt(r_i, lambda r: _bar(r, 0.9))}")
+    print(f"  launch / typed pyopencl, thread CPU time: {_bar(r_c, 1.0)}")
+    r_i, r_c = ratio("hostkernel", BASELINE)
+    print(
+        "  HostKernel call / typed pyopencl, host instructions: "
+        f"{fmt(r_i, lambda r: _bar(r, 0.85))}"
+    )
+    print(f"  HostKernel call / typed pyopencl, thread CPU time: {r_c:.3f}")
+    r_i, r_c = ratio("options", "launch")
+    print(f"  launch with options / without, host instructions: {fmt(r_i, _same)}")
+    print(f"  launch with options / without, thread CPU time: {_same(r_c, 0.1)}")
+    r_i, r_c = ratio("kinds launch", "kinds pyopencl")
+    print(
+        "  launch with Buffer, LocalMemory, int / typed pyopencl with the same arguments, "
+        f"host instructions: {fmt(r_i, lambda r: _bar(r, 0.9))}"
+    )
+    print(
+        "  launch with Buffer, LocalMemory, int / typed pyopencl with the same arguments, "
+        f"thread CPU time: {_bar(r_c, 1.0)}"
     )
     if insns:
-        hit_i = insns["clfunction(acc, tt) hit"] - empty_i
-        for k in list(lookups)[2:4]:
-            print(
-                f"instructions, {k.split(': ')[1]} / clfunction hit: "
-                f"{(insns[k] - empty_i) / hit_i:.1f}x (bar: at least 20)"
-            )
+        print(f"callgrind: the {PASSES} passes differ by at most {spread:.1%} ({ROWS[worst]})")
+    ran = variants["launch"].ran
+    print(
+        f"checked: each variant's array holds the count of its launches ({ran} here"
+        + (f", {2 * WARM_UP + PASSES * CALLGRIND_LAUNCHES} under callgrind)" if insns else ")")
+    )
     return 0
 
 
