@@ -654,7 +654,12 @@ class CachedEqualsUncachedMachine(RuleBasedStateMachine):
             assert runs  # a hit cannot fail: it returns what succeeded in this world
             assert [c[0] for c in self._hooks()] == hooks_before
             return
-        assert got is want
+        if w == latest():
+            assert got is want
+        else:
+            # code for an older world that no pin held at a definition since was released:
+            # the uncached lookup compiles it again (the same code), the cell keeps its own
+            assert got is want or got.__code__ == want.__code__
         if runs:
             self._store(cell, w, key)
         # a hook sees both lookups (cached and uncached): it is never bypassed by a hit
