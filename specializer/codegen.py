@@ -11,12 +11,15 @@ tracebacks and ``inspect.getsource`` show the real lines.
 
 from __future__ import annotations
 
+import itertools
 import keyword
 import linecache
 import os
 import re
 import tempfile
 import threading
+import weakref
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,14 +73,31 @@ class GeneratedSource:
         return self.source
 
 
-_generated: list[GeneratedSource] = []
-_names: set[str] = set()
-_lock = threading.Lock()
+#: How many records of released generated functions generated_sources() keeps.
+RELEASED_KEPT = 1000
+
+#: The live generated functions' records, by name, in order of generation.
+_generated: dict[str, tuple[int, GeneratedSource]] = {}
+#: The newest RELEASED_KEPT records of functions since released, oldest first.
+_released: deque[tuple[int, GeneratedSource]] = deque(maxlen=RELEASED_KEPT)
+#: Per base name, how many functions have had it: the next one gets ``base__<count + 1>``.
+_counts: dict[str, int] = {}
+_serial = itertools.count()
+_lock = threading.RLock()  # re-entrant: a finalizer may run while a generation holds it
 
 
 def generated_sources() -> list[GeneratedSource]:
-    """Every function generated so far in this process, in order of generation."""
-    return list(_generated)
+    """Every function generated so far in this process, in order of generation: all those
+    still alive, and the newest :data:`RELEASED_KEPT` of those released since (a lookup
+    site whose code is gone releases its functions), so memory stays bounded in a process
+    that re-runs a notebook cell for hours."""
+    with _lock:
+        records = [*_released, *_generated.values()]
+    return [g for _, g in sorted(records, key=_first)]
+
+
+def _first(record: tuple[int, GeneratedSource]) -> int:
+    return record[0]
 
 
 def identifier(*parts: object, limit: int = 96) -> str:
@@ -125,13 +145,22 @@ def render(template: str, **params: Any) -> str:
     return _env.get_template(template).render(**params)
 
 
-def _unique(name: str) -> str:
-    if name not in _names:
-        return name
-    i = 2
-    while f"{name}_{i}" in _names:
-        i += 1
-    return f"{name}_{i}"
+def _unique(base: str) -> str:
+    """``base`` the first time, then ``base__2``, ``base__3``, ...: constant time, and never
+    a name used before, since :func:`identifier` never makes a name with ``__`` in it."""
+    n = _counts.get(base, 0) + 1
+    _counts[base] = n
+    return base if n == 1 else f"{base}__{n}"
+
+
+def _forget(name: str, filename: str) -> None:
+    """A generated function was released: keep its record among the newest released ones,
+    and drop its lines from linecache (no traceback can point into it any more)."""
+    with _lock:
+        record = _generated.pop(name, None)
+        if record is not None:
+            _released.append(record)
+        linecache.cache.pop(filename, None)
 
 
 def generate(
@@ -154,9 +183,10 @@ def generate(
         glb = {"__name__": f"specializer.generated.{name}", **namespace}
         exec(code, glb)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        _names.add(name)
-        _generated.append(GeneratedSource(name, source, template, specialization))
-    return glb[name]
+        fn = glb[name]
+        _generated[name] = (next(_serial), GeneratedSource(name, source, template, specialization))
+        weakref.finalize(fn, _forget, name, filename)
+    return fn
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:

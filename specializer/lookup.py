@@ -16,12 +16,23 @@ world is not enough. After compiling ``f(::Number)`` for an int, adding
 ``f(::Int)`` leaves that code valid, but the call now dispatches to the new
 method. In another world the lookup runs again, and normally finds the compiled
 code in the compiled-code cache.
+
+Lifetime of a call site. A site is its code object, so a notebook cell that is re-run,
+or a module that is reloaded, makes new sites. The specialized functions of a site (and
+the results in their cells) are kept while its code object lives, and released when it
+is gone: each site's code is held by a weak reference whose callback drops its entries.
+(A code object lives as long as the function or module code that holds it, so the site
+of a lambda in a long-lived function lives as long as that function.) The released
+functions' records move to :func:`specializer.generated_sources`' bounded history of
+released ones; generated names are never reused, so a dump never holds two files of one
+name.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+import weakref
 from collections.abc import Callable
 from types import CodeType, FunctionType
 from typing import Any, TypeVar
@@ -105,8 +116,33 @@ def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
 
 
 _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[..., Any]] = {}
-_sites: dict[int, CodeType] = {}  # keeps each site's code alive, so its id stays unique
+#: Per call site (``id`` of its code object): a weak reference to the code, whose callback
+#: releases the site's specialized functions (and so their cached results) when the code is
+#: gone, and the keys of those functions in ``_specializations``. Keyed by ``id``, which stays
+#: unique: the callback runs before the code's memory can be reused.
+_sites: dict[int, tuple[Any, list[tuple[int, Any, tuple[type, ...], type, type]]]] = {}
 _create_lock = threading.Lock()
+
+
+def _release_site(site_id: int, _ref: object = None) -> None:
+    """A lookup site's code object is gone (a notebook cell re-run, a reloaded module): drop
+    its specialized functions. Takes no lock (it may run from the garbage collector in a
+    thread that holds one); each pop is atomic, and nothing adds keys for a dead code."""
+    entry = _sites.pop(site_id, None)
+    if entry is not None:
+        for key in entry[1]:
+            _specializations.pop(key, None)
+
+
+def _register_site(code: CodeType, ident: tuple[Any, ...]) -> None:
+    entry = _sites.get(id(code))
+    if entry is None:
+        try:
+            ref: Any = weakref.ref(code, functools.partial(_release_site, id(code)))
+        except TypeError:  # a Python whose code objects take no weak reference: keep it
+            ref = code
+        entry = _sites[id(code)] = (ref, [])
+    entry[1].append(ident)
 
 
 def _name_of(x: Any) -> str:
@@ -165,7 +201,7 @@ def specialize(
         )
         fn.__defaults__ = _defaults([])
         spec.fn = fn
-        _sites[id(code)] = code
+        _register_site(code, ident)
         _specializations[ident] = fn
     return fn
 

@@ -337,3 +337,71 @@ def test_traceback_points_into_the_generated_lines():
         frames = traceback.extract_tb(e.__traceback__)
     frame = next(f for f in frames if f.name == fn.__name__)
     assert frame.line == "if _w0 is w and (_k0 is key or _k0 == key):"
+
+
+CELL = """
+def launch(F, key):
+    return cached_lookup(lambda: Result(key), Result, F, (), key)
+"""
+
+
+class Result:
+    def __init__(self, key):
+        self.key = key
+
+
+def _collect():
+    """Two collections: the first frees the cell (a function and its globals are a cycle),
+    whose code's weak reference then releases the site's functions, freed by the second."""
+    gc.collect()
+    gc.collect()
+
+
+def _run_cell(F, key):
+    """What a notebook cell does: compile and run source that defines a function with a
+    cached lookup in it, and call it. Returns a weak reference to the cached result."""
+    ns = {"cached_lookup": cached_lookup, "Result": Result}
+    exec(compile(CELL, "<cell>", "exec"), ns)
+    r = ns["launch"](F, key)
+    assert ns["launch"](F, key) is r  # the second call hits
+    return weakref.ref(r)
+
+
+def test_results_of_a_site_whose_code_is_gone_are_released():
+    from specializer import lookup as lookup_module
+
+    F = GenericFunction("cell_site")
+    gc.collect()
+    before = (len(lookup_module._specializations), len(lookup_module._sites))
+    ref = _run_cell(F, "k")
+    _collect()
+    assert ref() is None  # the cell's function, its code, and so its site are gone
+    assert (len(lookup_module._specializations), len(lookup_module._sites)) == before
+
+
+def test_re_running_a_cell_keeps_memory_bounded_and_names_unique():
+    from specializer import codegen
+    from specializer import lookup as lookup_module
+
+    F = GenericFunction("rerun_site")
+    gc.collect()
+    before = len(lookup_module._specializations)
+    refs = [_run_cell(F, i) for i in range(300)]
+    _collect()
+    assert all(r() is None for r in refs)
+    assert len(lookup_module._specializations) == before
+    names = [g.name for g in specializer.generated_sources() if "rerun_site" in g.name]
+    assert len(names) == len(set(names))  # names are never reused, released or not
+    live = len(codegen._generated)
+    assert len(specializer.generated_sources()) <= live + codegen.RELEASED_KEPT
+
+
+def test_generated_names_take_a_counter_per_base_name():
+    from specializer import codegen
+
+    F = GenericFunction("counted_name")
+    fns = [specialize(compile("lambda: 0", "<c>", "eval"), tuple, F, (), int) for _ in range(3)]
+    base = fns[0].__name__
+    assert [f.__name__ for f in fns] == [base, f"{base}__2", f"{base}__3"]
+    assert codegen._counts[base] == 3
+    assert "__" not in base  # so no base name is ever another's numbered name
