@@ -469,7 +469,7 @@ def nvrtc_compile(
     entries = ", ".join(expressions)
     if kernel and entries != kernel:
         label += f" (entry {entries})"
-    detail = f"compiling {label} for {arch}"
+    detail = f"compiling {label} for {arch}, options {list(options)}"
     prog = _nvrtc_check(
         nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel or 'program'}.cu".encode(), 0, [], []),
         "nvrtcCreateProgram",
