@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
@@ -162,12 +162,12 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-_cache: dict[tuple[MethodInstance, CompilerConfig], tuple[CodeInstance, ...]] = {}
+#: ``_key(mi, config)`` -> the code instances kept for it, newest first (replaced whole).
+_cache: dict[tuple[Any, ...], tuple[CodeInstance, ...]] = {}
 #: Closed code instances kept because a live pin's world may still use them (see _sweep).
 _retained: dict[CodeInstance, None] = {}
 _cache_lock = threading.RLock()
 _compiles = 0
-_hooks: tuple[Callable[[CompilerJob, Artifact], Any], ...] = ()
 
 
 def compile_count() -> int:
@@ -210,22 +210,43 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
 
 
+def _key(mi: MethodInstance, config: CompilerConfig) -> tuple[Any, ...]:
+    """The cache's key of (method instance, config): hashed and compared in C (a config's own
+    ``__hash__`` is Python code, which must not run inside a commit; see world.commit)."""
+    return (mi, id(config.backend), config.options)
+
+
 def _store(
     job: CompilerJob, ci: CodeInstance, deps: list[tuple[GenericFunction, tuple, Method]]
 ) -> None:
-    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used."""
+    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used: the
+    edges and the cache entry in one commit, so no interrupt leaves code in the cache that no
+    definition could end."""
     with _world.lock():
+        key = _key(job.mi, job.config)
+        entry = (ci, *_cache.get(key, ()))
         # A definition made since the job's world ran before these edges existed: if any
         # dispatch changed since, trust this code in its own world only (and register
         # nothing: no later definition can end a range that is already closed).
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
-            ci.max_world = job.world
-            _retained[ci] = None  # for its own world only: released once no pin holds that
+            _world.commit(
+                [
+                    partial(setattr, ci, "max_world", job.world),
+                    partial(_retained.__setitem__, ci, None),  # released once no pin needs it
+                    partial(_cache.__setitem__, key, entry),
+                ]
+            )
         else:
-            register_backedges(ci, deps)
-        key = (job.mi, job.config)
-        _cache[key] = (ci, *_cache.get(key, ()))  # one store: the edges are in place first
+            register_backedges(ci, deps, [partial(_cache.__setitem__, key, entry)])
+
+
+def _find(job: CompilerJob) -> CodeInstance | None:
+    w = job.world
+    for ci in _cache.get(_key(job.mi, job.config), ()):
+        if ci.min_world <= w <= ci.max_world:
+            return ci
+    return None
 
 
 def _sweep(ended: list[Any]) -> None:
@@ -233,34 +254,27 @@ def _sweep(ended: list[Any]) -> None:
     definition just closed) and those kept before for a pinned world, each one not valid in
     a world a live pin holds is dropped from the cache with its linked handles. (Code still
     valid in the latest world is never closed, so never here.) Runs after each definition,
-    with the world lock held."""
-    for ci in ended:
-        if isinstance(ci, CodeInstance):
-            _retained[ci] = None
-    if not _retained:
+    with the world lock held; plans, then commits."""
+    retained = {**_retained, **{ci: None for ci in ended if isinstance(ci, CodeInstance)}}
+    if not retained:
         return
     pinned = _world.pinned_worlds()
-    for ci in list(_retained):
+    ops = [partial(_retained.__setitem__, ci, None) for ci in retained if ci not in _retained]
+    entries: dict[tuple[Any, ...], tuple[CodeInstance, ...]] = {}
+    for ci in retained:
         if any(ci.min_world <= w <= ci.max_world for w in pinned):
             continue
-        del _retained[ci]
-        key = (ci.mi, ci.config)
-        kept = tuple(c for c in _cache.get(key, ()) if c is not ci)
-        if kept:
-            _cache[key] = kept
-        else:
-            _cache.pop(key, None)
+        key = _key(ci.mi, ci.config)
+        entries[key] = tuple(c for c in entries.get(key, _cache.get(key, ())) if c is not ci)
+        ops.append(partial(_retained.pop, ci, None))
+    for key, kept in entries.items():
+        ops.append(partial(_cache.__setitem__, key, kept) if kept else partial(_cache.pop, key))
+    dropped = [_cache.get(key) for key in entries]  # freed after the commit, not inside it
+    _world.commit(ops)
+    del dropped
 
 
 _on_invalidate.append(_sweep)
-
-
-def _find(job: CompilerJob) -> CodeInstance | None:
-    w = job.world
-    for ci in _cache.get((job.mi, job.config), ()):
-        if ci.min_world <= w <= ci.max_world:
-            return ci
-    return None
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
@@ -277,7 +291,7 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
-        for hook in _hooks:
+        for hook in _world.hooks():
             hook(job, ci.artifact)
         linked = ci.linked.get(context)
         if linked is None:
@@ -296,37 +310,47 @@ def compile_only(job: CompilerJob) -> CodeInstance:
         if ci is None:
             ci, deps = _compile(job)
             _store(job, ci, deps)
-        for hook in _hooks:
+        for hook in _world.hooks():
             hook(job, ci.artifact)
     return ci
 
 
-@contextmanager
-def device_code(callback: Callable[[CompilerJob, Artifact], Any]) -> Iterator[None]:
-    """Call ``callback(job, artifact)`` for every kernel looked up inside the block, also ones
-    compiled before it. While any hook is active, cached lookups neither hit nor store."""
-    global _hooks
-    with _cache_lock:
-        _hooks = (*_hooks, callback)
-    _world.set_hooks(+1)
-    try:
-        yield
-    finally:
-        with _cache_lock:
-            hooks = list(_hooks)
-            hooks.remove(callback)
-            _hooks = tuple(hooks)
-        _world.set_hooks(-1)
+class device_code(_world.Scope):
+    """``with device_code(callback):`` calls ``callback(job, artifact)`` for every kernel
+    looked up inside the block, also ones compiled before it. While any hook is active,
+    cached lookups neither hit nor store.
+
+    Blocks nest and overlap across threads (each is counted while it lasts), and a block
+    ends whatever interrupts it (see :class:`specializer.world.Scope`).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, callback: Callable[[CompilerJob, Artifact], Any]) -> None:
+        if not callable(callback):
+            raise TypeError(f"device_code takes a callback(job, artifact), got {callback!r}")
+        super().__init__("hook", callback)
 
 
-@contextmanager
-def device_code_source() -> Iterator[list[str]]:
-    """Collect the device source of each kernel looked up inside the block."""
-    sources: list[str] = []
-    with device_code(lambda job, artifact: sources.append(artifact.source)):
-        yield sources
-    if not sources:
-        raise RuntimeError(
-            "device_code_source(): no kernel was looked up inside the block; "
-            "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
-        )
+class device_code_source(_world.Scope):
+    """``with device_code_source() as sources:`` collects the device source of each kernel
+    looked up inside the block; a block that looked up no kernel raises a clear error when
+    it ends (unless it ends with an error of its own)."""
+
+    __slots__ = ("sources",)
+
+    def __init__(self) -> None:
+        sources: list[str] = []
+        self.sources = sources
+        super().__init__("hook", lambda job, artifact: sources.append(artifact.source))
+
+    def _entered(self) -> list[str]:
+        return self.sources
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._held.release()  # the first call: the hook ends before anything else runs
+        if exc_type is None and not self.sources:
+            raise RuntimeError(
+                "device_code_source(): no kernel was looked up inside the block; "
+                "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
+            )

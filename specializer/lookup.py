@@ -79,11 +79,10 @@ def _defaults(entries: list[tuple[int, Any, Any]]) -> tuple[Any, ...]:
 
 
 def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
-    state = _world.STATE
     if _world.WORLD[0] is None:  # a pin, hook or block may have ended since: see refresh
         _world.refresh()
     w = _world.current()  # the one world this call runs in
-    bypass = state.hooks or state.precompile
+    bypass = _world.bypassing()
     if not bypass:
         # The hit compared worlds by identity; an equal world held by another int object
         # (stored by a pinned task, or read while pinned) is the same world.
@@ -99,7 +98,7 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"the lookup for {spec.what} returned {type(result).__name__}, "
             f"not {type_name(spec.V)}: nothing was stored"
         )
-    if not (bypass or state.hooks or state.precompile):
+    if not (bypass or _world.bypassing()):
         _store(spec, w, key, result)
     return result
 

@@ -247,12 +247,15 @@ _on_invalidate: list[Callable[[list[Any]], None]] = []
 
 
 def register_backedges(
-    edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
+    edge: Backedge,
+    deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]],
+    also: Iterable[Any] = (),
 ) -> None:
     """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``, all at once: a definition
     that makes ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s
     validity (sets its ``max_world``) and removes it from every place it is registered.
-    Call with the world lock held."""
+    ``also``: more changes (for world.commit) made in the same commit. Call with the world
+    lock held."""
     sites = _edge_sites.get(edge, ())
     ops = []
     new_tables: dict[tuple[int, tuple[type, ...]], dict[Any, Method]] = {}
@@ -266,6 +269,7 @@ def register_backedges(
         ops.append(partial(table.__setitem__, edge, method))
         sites = (*sites, (gf, tt))
     ops.append(partial(_edge_sites.__setitem__, edge, sites))
+    ops.extend(also)
     _world.commit(ops)
 
 

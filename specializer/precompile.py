@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import TracebackType
 
 from . import world as _world
 
@@ -27,30 +26,33 @@ class PrecompileOutputError(RuntimeError):
 
 def generating_output() -> bool:
     """Whether precompile-output mode is on."""
-    return _world.STATE.precompile
+    return _world.precompiling()
 
 
-class precompile_output:
-    """Turn precompile-output mode on (default) or off.
+class precompile_output(_world.Scope):
+    """Turn precompile-output mode on or off.
 
-    ``precompile_output(True)`` switches it at once; ``with precompile_output():``
-    switches it for the block and restores the previous mode after.
+    ``precompile_output(True)`` / ``precompile_output(False)`` switch it at once, until the
+    next such call. ``with precompile_output():`` (or ``with precompile_output(on):``) sets it
+    for the block: inside, the mode is that of the innermost block (the one entered last of
+    those still active, in any thread), and after the last block ends it is the mode as last
+    switched outright. Blocks in several threads each count, however they overlap; a block
+    ends whatever interrupts it. The form without an argument changes nothing until its
+    block begins.
     """
 
-    def __init__(self, on: bool = True) -> None:
-        self._previous = generating_output()
-        _world.set_precompile(on)
+    __slots__ = ("_switched",)
 
-    def __enter__(self) -> precompile_output:
-        return self
+    def __init__(self, on: bool | None = None) -> None:
+        super().__init__("precompile", True if on is None else bool(on))
+        self._switched: tuple[bool, int] | None = None
+        if on is not None:
+            self._switched = _world.set_precompile(bool(on))
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        _world.set_precompile(self._previous)
+    def _enter_ops(self) -> list:
+        # A block made with an argument switched the mode outright when it was made; as it
+        # begins, that switch is undone (unless another came since) and the block rules.
+        return [] if self._switched is None else _world.restore_precompile_ops(self._switched)
 
 
 def refuse_write(path: str | os.PathLike[str]) -> None:

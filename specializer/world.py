@@ -12,14 +12,28 @@ The hot path (every cached lookup, so every launch) reads the world with one
 load, ``WORLD[0]`` (a one-item list: in CPython a subscript of a list is cheaper
 than an attribute load, and it is bound once as a default). It holds the latest
 world while nothing in the process needs the slow path, and ``None`` (a value no
-cache entry holds) while any task is pinned, any compile hook is active or
-precompile-output mode is on. Folding those three checks into the one read keeps
-a hit to a load and a couple of comparisons; the slow path then reads the real
-task world.
+cache entry holds) while any task is pinned, any compile hook is active,
+precompile-output mode is on, or the process is a fork. Folding those checks into
+the one read keeps a hit to a load and a couple of comparisons; the slow path then
+reads the real task world. Whatever ends one of them (a pin dying, a block ending)
+takes no lock, so ``WORLD[0]`` comes back on the next slow path (:func:`refresh`).
+
+Interrupts. A ``KeyboardInterrupt`` (or any asynchronous exception) leaves every piece
+of world state as if the interrupted operation happened whole or not at all. CPython
+raises one only between bytecodes where its eval loop checks for pending work: a
+Python function's entry, a backward jump, and just after a call returns; never inside
+a C function. So each operation plans its changes (touching nothing), then makes them
+in one C-level call (:func:`commit`) or in consecutive stores with no call between;
+a pin is removed by a weak reference's C callback; and a with-block of world state (a
+compile hook, a precompile block: :class:`Scope`) ends with the C-level release of its
+own lock, so a block that has begun always ends.
 """
 
 from __future__ import annotations
 
+import _thread
+import itertools
+import os
 import threading
 import weakref
 from collections import deque
@@ -30,8 +44,11 @@ from typing import Any, TypeVar
 
 __all__ = [
     "WORLD_MAX",
+    "Scope",
     "bump",
+    "check_fork",
     "current",
+    "forked",
     "invoke_in_world",
     "invokelatest",
     "latest",
@@ -47,12 +64,15 @@ WORLD_MAX: int = 2**62
 class _State:
     """The process-wide world state read on the hot path."""
 
-    __slots__ = ("hooks", "latest", "precompile")
+    __slots__ = ("forked", "latest", "precompile", "precompile_version")
 
     def __init__(self) -> None:
         self.latest = 1  # the global counter
-        self.hooks = 0  # active compile hooks (specializer.compiler)
-        self.precompile = False  # precompile-output mode (specializer.precompile)
+        #: precompile-output mode as last switched outright (the environment variable,
+        #: ``precompile_output(True/False)``); an active precompile block overrides it
+        self.precompile = False
+        self.precompile_version = 0  # raised by each outright switch
+        self.forked = False  # this process is a fork (see check_fork)
 
 
 STATE = _State()
@@ -67,11 +87,17 @@ _pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None
 #: finish was either never entered here or is removed by the same callback.
 _pins: dict[int, tuple[int, weakref.ref[_Pin]]] = {}
 
+#: The with-blocks of world state that have been entered, in order of entry: active while
+#: their lock is held (see Scope); the ones that ended are pruned under ``_lock``.
+_scopes: dict[int, Scope] = {}
+_scope_serial = itertools.count()
+
 
 def _hot(latest: int) -> int | None:
     """What ``WORLD[0]`` must hold now: ``latest``, or None while the slow path is needed."""
-    s = STATE
-    return None if (_pins or s.hooks or s.precompile) else latest
+    if _pins or STATE.forked or STATE.precompile or _active("hook", "precompile"):
+        return None
+    return latest
 
 
 def _refresh() -> None:
@@ -80,10 +106,11 @@ def _refresh() -> None:
 
 
 def refresh() -> None:
-    """Let the hot path back in if nothing needs the slow path any more (a pin, a hook or a
-    precompile block ends without taking the lock, so this is done on the next slow path)."""
-    if WORLD[0] is None and not _pins:
+    """Let the hot path back in if nothing needs the slow path any more. (A pin dies, and a
+    block ends, without taking the lock or running Python code, so the slow path does this.)"""
+    if WORLD[0] is None and not _pins and not STATE.forked:
         with _lock:
+            _prune()
             _refresh()
 
 
@@ -174,18 +201,177 @@ def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
         _pin.set(previous)
 
 
-def set_hooks(delta: int) -> None:
-    """Count a compile hook in (+1) or out (-1); used by ``specializer.compiler``."""
-    with _lock:
-        STATE.hooks += delta
-        _refresh()
+# -- with-blocks of world state: compile hooks and precompile blocks ---------------------
 
 
-def set_precompile(on: bool) -> None:
-    """Turn precompile-output mode on or off; used by ``specializer.precompile``."""
+def _active(*kinds: str) -> list[Scope]:
+    """The active scopes of these kinds, in order of entry."""
+    if not _scopes:
+        return []
+    return [s for s in _scopes.copy().values() if s.kind in kinds and s._held.locked()]
+
+
+def _prune() -> None:
+    """Forget the scopes that ended. Call with ``_lock`` held."""
+    for key, s in list(_scopes.items()):
+        if not s._held.locked():
+            _scopes.pop(key, None)
+
+
+def hooks() -> list[Any]:
+    """The values (callbacks) of the active compile-hook blocks, in order of entry."""
+    return [s.value for s in _active("hook")]
+
+
+def precompiling() -> bool:
+    """Whether precompile-output mode is on: the value of the precompile block entered last
+    of those still active, else the mode as last switched outright."""
+    blocks = _active("precompile")
+    return bool(blocks[-1].value) if blocks else STATE.precompile
+
+
+def bypassing() -> bool:
+    """Whether cached lookups must neither hit nor store: a compile hook is active, or
+    precompile-output mode is on."""
+    return bool(_active("hook")) or precompiling()
+
+
+class _EndScope:
+    """``Scope.__exit__``: on an instance, the bound ``__exit__`` of the scope's own lock, so
+    the ``with`` statement ends the block with one C call (nothing can interrupt it); on the
+    class (``contextlib.ExitStack`` looks it up there), a function that does the same."""
+
+    def __get__(self, scope: Scope | None, owner: type | None = None) -> Any:
+        if scope is None:
+            return _end_scope
+        return scope._held.__exit__
+
+
+def _end_scope(scope: Scope, *exc_info: object) -> None:
+    if scope._held.locked():
+        scope._held.release()
+
+
+class Scope:
+    """A with-block of process-wide world state: active from its entry to its end, across
+    threads and nested in any order (``with`` blocks of it in several threads each count).
+
+    Its ``__exit__`` is the C-level release of a lock of its own, so a block that has begun
+    ends whatever interrupts it. Its ``__enter__`` makes the block active in one C-level
+    commit and, if interrupted just after, ends it again before raising. ``kind`` says what
+    it is ("hook": a compile hook whose ``value`` is the callback; "precompile": a precompile
+    block whose ``value`` is the mode inside it). One object is one block: enter it once.
+    """
+
+    __slots__ = ("__weakref__", "_held", "kind", "value")
+
+    def __init__(self, kind: str, value: Any) -> None:
+        self.kind = kind
+        self.value = value
+        self._held = _thread.allocate_lock()
+
+    def active(self) -> bool:
+        """Whether the block has begun and not ended."""
+        return self._held.locked()
+
+    def _enter_ops(self) -> list[partial[Any]]:
+        """More changes to commit with the entry (planned with ``_lock`` held)."""
+        return []
+
+    def _entered(self) -> Any:
+        """What ``with ... as x`` binds."""
+        return None
+
+    def __enter__(self) -> Any:
+        held = self._held
+        result = self._entered()
+        done: list[bool] = []
+        try:
+            with _lock:
+                if held.locked():
+                    raise RuntimeError(f"{self!r} is active already: each with-block needs its own")
+                _prune()
+                ops = [
+                    partial(held.acquire),
+                    partial(_scopes.__setitem__, next(_scope_serial), self),
+                    partial(WORLD.__setitem__, 0, None),
+                    *self._enter_ops(),
+                    partial(done.append, True),
+                ]
+                changes = map(_call, ops)
+                _consume(changes)  # the block is active from here, all at once
+        except BaseException:
+            if done:  # an interrupt after the commit (ending the with _lock): end it again
+                held.release()
+            raise
+        return result  # no call between the commit's end and the with statement's block
+
+    __exit__ = _EndScope()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active() else "inactive"
+        return f"<{type(self).__name__} {self.kind} {state}>"
+
+
+def set_precompile(on: bool) -> tuple[bool, int]:
+    """Switch precompile-output mode outright (the environment variable,
+    ``precompile_output(True/False)``). Returns what :func:`restore_precompile_ops` needs."""
     with _lock:
-        STATE.precompile = bool(on)
+        s = STATE
+        previous, version = s.precompile, s.precompile_version + 1
+        commit(
+            [
+                partial(setattr, s, "precompile", bool(on)),
+                partial(setattr, s, "precompile_version", version),
+                partial(WORLD.__setitem__, 0, None),
+            ]
+        )
         _refresh()
+    return previous, version
+
+
+def restore_precompile_ops(switched: tuple[bool, int]) -> list[partial[Any]]:
+    """The changes that undo the outright switch ``switched`` (from :func:`set_precompile`)
+    if nothing switched the mode since. Call with ``_lock`` held."""
+    previous, version = switched
+    if STATE.precompile_version != version:
+        return []
+    return [partial(setattr, STATE, "precompile", previous)]
+
+
+# -- fork -------------------------------------------------------------------------------
+
+
+def forked() -> bool:
+    """Whether this process is a fork (``os.fork``, multiprocessing's 'fork' start method) of
+    one that had imported specializer."""
+    return STATE.forked
+
+
+def check_fork(what: str) -> None:
+    """Raise ``RuntimeError`` if this process is a fork; ``what`` names what cannot be used in
+    it, e.g. ``"specializer's OpenCL back-end"``. A back-end calls this on a lookup miss
+    (every cached lookup misses in a fork: ``WORLD[0]`` is None there), before it touches a
+    context, a queue or a stream: device contexts do not survive fork, and a launch in the
+    child would hang."""
+    if STATE.forked:
+        raise RuntimeError(
+            f"this process was forked after {what} was loaded; device contexts and queues do "
+            "not survive fork, so a launch here would hang: start worker processes with "
+            "multiprocessing's 'spawn' start method (multiprocessing.get_context('spawn'), or "
+            "ProcessPoolExecutor(mp_context=multiprocessing.get_context('spawn')))"
+        )
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.RLock()  # another thread of the parent may have held it: it never ends
+    STATE.forked = True
+    WORLD[0] = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def advance() -> int:

@@ -840,6 +840,7 @@ class _OpenCLLauncher(launching.Launcher):
             "_bad_array": _bad_array,
             "_failed": _failed,
             "_FAILURES": _FAILURES,
+            "_LAST_SIZE": [(None,)],
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):

@@ -48,6 +48,7 @@ from ._compiler import (
     COMPILER_KWARGS,
     CUDAArtifact,
     CUDABackend,
+    KernelSource,
     LinkedKernel,
     supported_archs,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "Context",
     "CuArray",
     "HostKernel",
+    "KernelSource",
     "LinkedKernel",
     "Stream",
     "Struct",
