@@ -840,7 +840,7 @@ class _OpenCLLauncher(launching.Launcher):
             "_bad_array": _bad_array,
             "_failed": _failed,
             "_FAILURES": _FAILURES,
-            "_LAST_SIZE": [(None,)],
+            "_LAST_SIZE": [(_UNSET,)],  # no global_size is that object
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):
