@@ -1,6 +1,6 @@
 """Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`).
 
-- demo: run the OpenCL demo on PoCL (kernels, redefinition, launch costs).
+- demo: run the OpenCL demo on PoCL (why a kernel cache needs the world age; launch costs).
 - dump [--out DIR] SCRIPT_OR_MODULE [ARGS...]: run a program, then print (or write one file per
   function to DIR, as a set, whole or not at all) every function generated while it ran.
 - precompile [--] CMD [ARGS...]: run a build command with precompile-output mode on.
@@ -110,7 +110,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
 
     demo = sub.add_parser(
         "demo",
-        help="run the OpenCL demo on PoCL (kernels, redefinition, launch costs)",
+        help="run the OpenCL demo on PoCL (why a kernel cache needs the world age; launch costs)",
         description=DEMO_HELP,
         epilog=DEMO_EPILOG.format(prog=f"{prog} demo"),
         formatter_class=fmt,
