@@ -1,21 +1,32 @@
 """Benchmark of the CUDA back-end's launch path, each figure beside a baseline measured in the
 same run.
 
-1. Parameter packing, no GPU needed. Instructions per launch under
-   ``valgrind --tool=callgrind`` (the difference of two loop lengths, so start-up cancels;
-   the empty loop is subtracted) for the kernel signature (float *x, float v, long long n),
-   with a CuArray, an np.float32 and a Python int:
+1. The launch entry up to the driver call, no GPU needed. Host-thread instructions per launch
+   under ``valgrind --tool=callgrind --separate-threads=yes --dump-before=getppid``
+   (``tools/callgrind.thread_dumps``: a marker call ``os.getppid()`` between the loops, only
+   the main thread's dumps read; the difference of two loop lengths, so the markers cancel;
+   the empty loop subtracted) for the kernel ``fill(float *x, float v, long long n)``, with a
+   CuArray, an np.float32 and a Python int, ``grid=4, block=256``. The core's generated launch
+   path is built as a lookup would build it (the signature's factory bound to a stand-in for
+   the linked kernel, which cannot be linked without a GPU), its front entry published on the
+   kernel for the current world and a where set as the thread's context key, and
+   ``cuLaunchKernel`` (the ``_launch`` global of the factory's module) replaced by a no-op
+   Python function returning ``(0,)`` that counts its calls: every measured launch must reach
+   it.
 
-   - ours, packing: what the generated launcher spends on its parameters (taking a buffer
-     from the pool, the device pointer, the int64 range check, three stores, giving the
-     buffer back): the launcher of this signature minus the launcher of a kernel without
-     parameters, both calling a no-op function where they call ``cuLaunchKernel``;
+   - ``launch(k, x, v, n, grid=4, block=256)``: the real generated ``cuda.launch``, the front
+     entry (world, where and kwargs check, the argument guard, the grid and block, the range
+     check, a buffer from the pool, the device pointer, three stores) up to the driver call;
+   - a HostKernel call ``hk(x, v, n, grid=4, block=256)``, the same path through the
+     signature's generated call;
+   - ours, packing: what the entry spends on its parameters, the entry of this signature minus
+     the entry of a kernel without parameters;
    - cuda.bindings, our int address: what ``cuLaunchKernel`` then does with the buffer's
-     address, an int;
+     address, an int (its private ``_HelperKernelParams``, which it runs on ``kernelParams``);
    - cuda.bindings (values, types): what ``cuLaunchKernel`` does instead on every call given
-     ``((ptr, v, n), (c_void_p, c_float, c_longlong))``, tuples built per call (its private
-     ``_HelperKernelParams``, which both forms run);
-   - for reference: the whole launcher with the no-op call, and the three stores alone.
+     ``((ptr, v, n), (c_void_p, c_float, c_longlong))``, tuples built per call;
+   - for reference: the entries of the kernel without parameters, the three stores alone and
+     the no-op stand-in for the driver called alone (counted in each entry).
 
    The bar: ours, packing plus the binding taking our int costs fewer instructions than the
    binding packing the (values, types) form.
@@ -33,13 +44,16 @@ same run.
    faster than cuda.core, CuPy, Numba-CUDA and Triton.
 
 Run: ``python tools/bench_cuda.py [--no-gpu] [--rounds R] [--per-round N]``.
-``--variant NAME --loops N`` runs one packing loop (under the caller's valgrind).
+``--under-callgrind no-gpu|gpu-lookups`` runs the measured loops between markers (what the
+benchmark runs under valgrind).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
+import gc
 import os
 import platform
 import shutil
@@ -48,24 +62,28 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 
 import numpy as np
-from callgrind import instructions  # tools/callgrind.py, beside this script
+from callgrind import thread_dumps  # tools/callgrind.py, beside this script
 
 import specializer
+from specializer import world
 from specializer.backends import cuda
 from specializer.backends.cuda import _params
+from specializer.backends.cuda._driver import local
 
 PTR = 0x7F00DEAD0000  # a device address as the driver hands them out
-SHORT, LONG = 20_000, 120_000
+SHORT, LONG = 5_000, 25_000  # the two loop lengths of each variant under callgrind
+WARM_UP = 1_000
 N = 1024  # elements of the benchmark's array: a trivial kernel
-BLOCK = 256
+GRID, BLOCK = 4, 256
 SRC = r"""extern "C" __global__ void fill(float *x, float v, long long n) {
     long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (i < n) x[i] = v; }"""
-TT = (cuda.Array[np.float32], np.float32, np.int64)
+#: the lookup's argument types (a Python int stands for the weak int) and what they resolve to
+TT = (cuda.Array[np.float32], np.float32, int)
+RESOLVED = (cuda.Array[np.float32], np.float32, np.int64)
 
 
 @cuda.kernel
@@ -74,116 +92,241 @@ def fill(x: cuda.Array[np.float32], v: np.float32, n: np.int64) -> str:
     return SRC
 
 
+@cuda.kernel
+def nothing() -> str:
+    """A kernel without parameters: the baseline of the parameter packing."""
+    return 'extern "C" __global__ void nothing() {}'
+
+
 def out(line: str = "") -> None:
     print(line, flush=True)
 
 
-# -- 1. parameter packing (no GPU) ------------------------------------------------------
+# -- 1. the launch entry up to the driver call (no GPU) -----------------------------------
+
+LAUNCH = "launch(k, x, v, n, grid=4, block=256)"
+HOST = "HostKernel call hk(x, v, n, grid=4, block=256)"
+LAUNCH0 = "launch(k0, grid=4, block=256), a kernel without parameters"
+HOST0 = "HostKernel call hk0(grid=4, block=256), a kernel without parameters"
+STORES = "the three stores alone"
+NOOP = "the no-op stand-in for cuLaunchKernel alone (11 arguments, its counter)"
+INT = "cuda.bindings, our int address"
+TUPLE = "cuda.bindings (values, types)"
+#: the loops each iteration of which must reach the driver's stand-in (once)
+REACH = (LAUNCH, HOST, LAUNCH0, HOST0, NOOP)
 
 
-class _Fun:
-    """What a launcher reads of a LinkedKernel."""
+class _Linked:
+    """A stand-in for a LinkedKernel: the fields the launch path reads of one."""
 
     name = "fill"
     context = None
-    function = None
+    function = None  # a null CUfunction handle: the stand-in driver never reads it
+
+    def __init__(self, tt: tuple[type, ...]) -> None:
+        self.tt = tt
+        self.bound: dict = {}
 
 
-def _packing_loops() -> dict[str, Callable[[int], None]]:
+class _Driver:
+    """Stands where the launch path calls ``cuLaunchKernel``: a no-op returning ``(0,)``,
+    counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        ok = (0,)
+
+        def launch(f, gx, gy, gz, bx, by, bz, shared_mem, stream, params, extra):
+            self.calls += 1
+            return ok
+
+        self.launch = launch
+
+
+@contextlib.contextmanager
+def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
+    """The no-GPU loops, with the front entries of ``fill`` and ``nothing`` published as a
+    lookup publishes them and the driver replaced by the stand-in; all undone on exit."""
     from cuda.bindings import driver
 
-    helper = driver._HelperKernelParams  # what cuLaunchKernel runs on its kernelParams
-    x = cuda.CuArray.wrap(PTR, (N,), np.float32)
-    v, n = np.float32(2.5), N
-    ok = (driver.CUresult.CUDA_SUCCESS,)
+    launcher = cuda._launch._launcher
+    stub = _Driver()
+    where = (object(), ())  # what a context's key is: (context, no compiler kwargs)
+    saved_key, local.key = local.key, where  # so that the entries' where check passes
+    patched: list[dict] = []
+    made = []
+    try:
+        for k, lookup_tt, resolved in (
+            (fill, launcher.tt_of(TT), RESOLVED),
+            (nothing, (), ()),
+        ):
+            factory = launcher._factory(lookup_tt, resolved, 0, False)
+            glb = factory.__globals__
+            patched.append(glb)
+            glb["_saved_launch"], glb["_launch"] = glb["_launch"], stub.launch
+            linked = _Linked(resolved)
+            _, front, call = launcher.bound(linked, lookup_tt, k)
+            k._cuda_front = front(world.WORLD[0], where, {}, k)
+            made.append(cuda.HostKernel(call, k, where, lookup_tt, linked))
+        hk, hk0 = made
 
-    def noop(*args):
-        return ok
+        helper = driver._HelperKernelParams  # what cuLaunchKernel runs on its kernelParams
+        x = cuda.CuArray.wrap(PTR, (N,), np.float32)
+        v, n = np.float32(2.5), N
+        launch = cuda.launch
+        buffer = _params.ParamBuffer(RESOLVED)
+        values, address = buffer.values, buffer.address
+        types = (ctypes.c_void_p, ctypes.c_float, ctypes.c_longlong)
+        noop, null = stub.launch, driver.CUstream(0)
 
-    def with_noop(tt):  # the same code, calling noop where it calls cuLaunchKernel
-        fn = _params.launcher(tt)
-        return type(fn)(fn.__code__, {**fn.__globals__, "_launch": noop}, fn.__name__)
+        def loop_empty(k):
+            for _ in range(k):
+                pass
 
-    launcher, launcher0 = with_noop(TT), with_noop(())
-    buffer = _params.ParamBuffer(TT)
-    values, address = buffer.values, buffer.address
-    types = (ctypes.c_void_p, ctypes.c_float, ctypes.c_longlong)
-    fun = _Fun
+        def loop_launch(k):
+            for _ in range(k):
+                launch(fill, x, v, n, grid=4, block=256)
 
-    def loop_empty(k):
-        for _ in range(k):
-            pass
+        def loop_host(k):
+            for _ in range(k):
+                hk(x, v, n, grid=4, block=256)
 
-    def loop_launcher(k):
-        for _ in range(k):
-            launcher(fun, 4, BLOCK, 0, None, (x, v, n))
+        def loop_launch0(k):
+            for _ in range(k):
+                launch(nothing, grid=4, block=256)
 
-    def loop_launcher0(k):
-        for _ in range(k):
-            launcher0(fun, 4, BLOCK, 0, None, ())
+        def loop_host0(k):
+            for _ in range(k):
+                hk0(grid=4, block=256)
 
-    def loop_stores(k):
-        p = x.ptr
-        for _ in range(k):
-            values.a0 = p
-            values.a1 = v
-            values.a2 = n
+        def loop_stores(k):
+            p = x.ptr
+            for _ in range(k):
+                values.a0 = p
+                values.a1 = v
+                values.a2 = n
 
-    def loop_tuple(k):
-        p = x.ptr
-        for _ in range(k):
-            helper(((p, v, n), types))
+        def loop_noop(k):
+            for _ in range(k):
+                noop(None, 4, 1, 1, 256, 1, 1, 0, null, address, 0)
 
-    def loop_int(k):
-        for _ in range(k):
-            helper(address)
+        def loop_int(k):
+            for _ in range(k):
+                helper(address)
 
-    return {
-        "empty loop": loop_empty,
-        LAUNCHER: loop_launcher,
-        LAUNCHER0: loop_launcher0,
-        STORES: loop_stores,
-        INT: loop_int,
-        TUPLE: loop_tuple,
+        def loop_tuple(k):
+            p = x.ptr
+            for _ in range(k):
+                helper(((p, v, n), types))
+
+        yield (
+            {
+                "empty loop": loop_empty,
+                LAUNCH: loop_launch,
+                HOST: loop_host,
+                LAUNCH0: loop_launch0,
+                HOST0: loop_host0,
+                STORES: loop_stores,
+                NOOP: loop_noop,
+                INT: loop_int,
+                TUPLE: loop_tuple,
+            },
+            stub,
+        )
+    finally:
+        for glb in patched:
+            glb["_launch"] = glb.pop("_saved_launch")
+        for k in (fill, nothing):
+            with contextlib.suppress(AttributeError):
+                delattr(k, "_cuda_front")
+        local.key = saved_key
+
+
+def _run_checked(loops: dict[str, Callable[[int], None]], stub: _Driver, name: str, k: int) -> None:
+    """Run one loop; a launching one must have reached the driver's stand-in every time."""
+    before = stub.calls
+    loops[name](k)
+    reached = stub.calls - before
+    expected = k if name in REACH else 0
+    if reached != expected:
+        raise RuntimeError(f"{name}: {reached} of {k} calls reached the driver's stand-in")
+
+
+def _markers(
+    loops: dict[str, Callable[[int], None]], stub: _Driver | None, short: int, long: int
+) -> None:
+    """Under callgrind: for each loop in order, marker, ``short`` iterations, marker, ``long``
+    iterations, marker, then the check of what reached the driver's stand-in. Dump 0 is
+    start-up, dumps ``3 i + 1`` and ``3 i + 2`` loop ``i``'s short and long runs."""
+    for name in loops:  # warm up (the specializing interpreter, the buffer pool) and check
+        if stub is None:
+            loops[name](WARM_UP)
+        else:
+            _run_checked(loops, stub, name, WARM_UP)
+    gc.collect()
+    gc.disable()
+    for name, loop in loops.items():
+        before = None if stub is None else stub.calls
+        os.getppid()
+        loop(short)
+        os.getppid()
+        loop(long)
+        os.getppid()
+        if stub is not None:
+            reached = stub.calls - before
+            expected = short + long if name in REACH else 0
+            if reached != expected:
+                raise RuntimeError(
+                    f"{name}: {reached} of {short + long} calls reached the driver's stand-in"
+                )
+    gc.enable()
+
+
+def _per_iteration(names: list[str], mode: str, short: int, long: int) -> dict[str, float]:
+    """Main-thread instructions per iteration of each loop of ``--under-callgrind mode``
+    (loops ``names``, of ``short`` and ``long`` iterations), less the empty loop's."""
+    dumps = thread_dumps(__file__, "--under-callgrind", mode, timeout=600)
+    if len(dumps) != 3 * len(names) + 1:
+        raise RuntimeError(f"{len(dumps)} callgrind dumps for {len(names)} loops")
+    per = {
+        name: (dumps[3 * i + 2] - dumps[3 * i + 1]) / (long - short) for i, name in enumerate(names)
     }
+    base = per.pop("empty loop")
+    return {"empty loop": base, **{k: v - base for k, v in per.items()}}
 
 
-LAUNCHER = "launcher, 3 parameters, no-op driver"
-LAUNCHER0 = "launcher, no parameters, no-op driver"
-STORES = "the three stores alone"
-INT = "cuda.bindings, our int address"
-TUPLE = "cuda.bindings (values, types)"
-
-
-def _callgrind(variant: str, loops: int, flag: str = "--variant", timeout: float = 300) -> int:
-    return instructions(__file__, flag, variant, "--loops", str(loops), timeout=timeout)
-
-
-def packing() -> bool:
-    """Print the packing table; returns whether the no-GPU bar holds."""
-    out("## Parameter packing, instructions per launch (callgrind, no GPU needed)\n")
+def entry() -> bool:
+    """Print the no-GPU table; returns whether its bar holds."""
+    out("## The launch entry up to the driver call, host instructions per launch (no GPU)\n")
+    with _published() as (loops, stub):  # first here, outside valgrind: fail fast and clearly
+        for name in loops:
+            _run_checked(loops, stub, name, 10)
+        names = list(loops)
     if shutil.which("valgrind") is None:
         out("valgrind not found: skipped (apt-get install valgrind)")
         return False
-    loops = _packing_loops()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:  # one process each
-        runs = {(k, n): pool.submit(_callgrind, k, n) for k in loops for n in (SHORT, LONG)}
-        per = {
-            k: (runs[k, LONG].result() - runs[k, SHORT].result()) / (LONG - SHORT) for k in loops
-        }
-    base = per.pop("empty loop")
-    net = {k: v - base for k, v in per.items()}
-    ours = net[LAUNCHER] - net[LAUNCHER0]
+    net = _per_iteration(names, "no-gpu", SHORT, LONG)
+    base = net.pop("empty loop")
+    ours = net[LAUNCH] - net[LAUNCH0]
     theirs = net[TUPLE]
+    out(
+        "kernel fill(float *x, float v, long long n): a CuArray, an np.float32, a Python int; "
+        "cuLaunchKernel replaced by a no-op Python function returning (0,)\n"
+    )
     out("| variant | instructions/launch |")
     out("|---|---:|")
-    out(f"| **ours, packing** ({LAUNCHER} minus {LAUNCHER0}) | {ours:.0f} |")
+    out(f"| **{LAUNCH}**, the whole front entry up to the driver call | {net[LAUNCH]:.0f} |")
+    out(f"| **{HOST}** | {net[HOST]:.0f} |")
+    out(f"| **ours, packing** (the launch above minus the launch of k0) | {ours:.0f} |")
     out(f"| **{INT}** | {net[INT]:.0f} |")
     out(f"| **{TUPLE}** | {theirs:.0f} |")
-    for k in (LAUNCHER, LAUNCHER0, STORES):
+    for k in (LAUNCH0, HOST0, STORES, NOOP):
         out(f"| {k} | {net[k]:.0f} |")
     ok = ours + net[INT] < theirs
-    out(f"\n(loop overhead subtracted: {base:.0f}; loops {SHORT} and {LONG})")
+    out(
+        f"\n(main thread only, callgrind --separate-threads=yes; loop overhead subtracted: "
+        f"{base:.0f}; loops of {SHORT} and {LONG}; every launch reached the stand-in)"
+    )
     out(
         f"bar: ours {ours:.0f} + {net[INT]:.0f} < cuda.bindings (values, types) {theirs:.0f}: "
         f"{_verdict(ok)} ({theirs / (ours + net[INT]):.1f}x fewer)\n"
@@ -392,6 +535,7 @@ def _lookup_loops() -> dict[str, Callable[[int], None]]:
     ctx = cuda.current_context()
     config = compiler_config((), ctx)
     cufunction = cuda.cufunction
+    tt = cuda._launch._launcher.tt_of(TT)  # the weak int, as cufunction takes it
     cufunction(fill, TT)  # compiled and loaded before counting
 
     def empty(k):
@@ -404,7 +548,7 @@ def _lookup_loops() -> dict[str, Callable[[int], None]]:
 
     def bypassed(k):
         for _ in range(k):
-            uncached_lookup(fill, TT, config, ctx)
+            uncached_lookup(fill, tt, config, ctx)
 
     return {
         "empty loop": empty,
@@ -413,25 +557,18 @@ def _lookup_loops() -> dict[str, Callable[[int], None]]:
     }
 
 
+LOOKUP_LOOPS = (2_000, 12_000)
+
+
 def _lookups_under_callgrind(loops: dict[str, Callable[[int], None]]) -> dict[str, float | str]:
     if shutil.which("valgrind") is None:
         return {k: "n/a (no valgrind)" for k in loops if k != "empty loop"}
-    short, long = 2_000, 12_000
     try:
-        with ThreadPoolExecutor(max_workers=os.cpu_count() or 2) as pool:
-            runs = {
-                (k, n): pool.submit(_callgrind, k, n, "--gpu-variant", 240)
-                for k in loops
-                for n in (short, long)
-            }
-            per = {
-                k: (runs[k, long].result() - runs[k, short].result()) / (long - short)
-                for k in loops
-            }
-    except (subprocess.SubprocessError, OSError) as e:
+        per = _per_iteration(list(loops), "gpu-lookups", *LOOKUP_LOOPS)
+    except (subprocess.SubprocessError, OSError, RuntimeError) as e:
         return {k: f"n/a ({type(e).__name__})" for k in loops if k != "empty loop"}
-    base = per.pop("empty loop")
-    return {k: v - base for k, v in per.items()}
+    del per["empty loop"]
+    return per
 
 
 def _cuda_core(v, grid):
@@ -513,28 +650,27 @@ def _triton(v, grid):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--no-gpu", action="store_true", help="only the packing part")
+    p.add_argument("--no-gpu", action="store_true", help="only the no-GPU part")
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--per-round", type=int, default=500)
-    p.add_argument("--variant")
-    p.add_argument("--gpu-variant")
-    p.add_argument("--loops", type=int)
+    p.add_argument("--under-callgrind", choices=("no-gpu", "gpu-lookups"), help=argparse.SUPPRESS)
     args = p.parse_args()
-    if args.variant:
-        _packing_loops()[args.variant](args.loops)
+    if args.under_callgrind == "no-gpu":
+        with _published() as (loops, stub):
+            _markers(loops, stub, SHORT, LONG)
         return 0
-    if args.gpu_variant:
-        _lookup_loops()[args.gpu_variant](args.loops)
+    if args.under_callgrind == "gpu-lookups":
+        _markers(_lookup_loops(), None, *LOOKUP_LOOPS)
         return 0
     out(
         f"Python {sys.version.split()[0]}, specializer {specializer.__version__}, "
         f"numpy {np.__version__}\n"
     )
-    ok = packing()
+    ok = entry()
     if args.no_gpu:
         return 0 if ok else 1
     if not cuda.available():
-        out(f"## On a GPU: skipped ({cuda.unavailable_reason()})")
+        out(f"## On a GPU: skipped, no GPU ({cuda.unavailable_reason()})")
         return 0 if ok else 1
     ok &= gpu(args.rounds, args.per_round)
     return 0 if ok else 1
