@@ -122,7 +122,7 @@ def test_an_older_world_whose_code_was_released_compiles_it_again():
 def _code(f, tt=(np.int64,)):
     """The live code instance of ``f(tt)`` in the latest world."""
     mi = f.methodinstance(tt)
-    return next(ci for ci in compiler._cache[mi, CONFIG] if ci.valid(latest()))
+    return next(ci for ci in compiler._cache[compiler._key(mi, CONFIG)] if ci.valid(latest()))
 
 
 def test_redefining_a_kernel_releases_its_old_code_and_handles():
@@ -140,7 +140,7 @@ def test_redefining_a_kernel_releases_its_old_code_and_handles():
         assert uncached(rel_k, 1) == 1 + i
     gc.collect()
     assert artifact() is None and linked() is None
-    assert sum(1 for mi, _ in compiler._cache if mi.method.gf is rel_k) == 1
+    assert sum(1 for mi, *_ in compiler._cache if mi.method.gf is rel_k) == 1
 
 
 def test_redefining_a_callee_releases_the_dependents_old_code():

@@ -577,3 +577,110 @@ def test_compile_hooks_in_several_threads_may_look_kernels_up_themselves():
     assert results == {c1: 2, c2: 2}
     assert compile_count() - before == 2  # each config compiled once
     assert seen.count(c1) == 2 and seen.count(c2) == 2
+
+
+def _in_thread(fn: Callable[[], None]) -> threading.Thread:
+    t = threading.Thread(target=fn, daemon=True)
+    t.start()
+    return t
+
+
+def test_overlapping_precompile_blocks_in_two_threads_are_counted():
+    from specializer import generating_output, precompile_output
+
+    assert not generating_output()
+    a_in, b_in, a_out, b_out = (threading.Event() for _ in range(4))
+    seen: dict[str, bool] = {}
+
+    def a() -> None:
+        with precompile_output():
+            a_in.set()
+            b_in.wait(JOIN_S)
+        seen["a after its block, b's still on"] = generating_output()
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(JOIN_S)
+        with precompile_output():
+            b_in.set()
+            a_out.wait(JOIN_S)
+            seen["b inside, a's block over"] = generating_output()
+        b_out.set()
+
+    threads = [_in_thread(a), _in_thread(b)]
+    for t in threads:
+        t.join(JOIN_S)
+    assert b_out.is_set()
+    assert seen == {"a after its block, b's still on": True, "b inside, a's block over": True}
+    assert not generating_output()  # off for good after both
+    world_module.refresh()
+    assert world_module.WORLD[0] == latest()
+
+
+def test_precompile_blocks_from_many_threads_in_any_order_end_with_the_mode_off():
+    from specializer import generating_output, precompile_output
+
+    failures = Failures()
+    go = threading.Barrier(8)
+
+    def body(i: int) -> None:
+        rnd = random.Random(i)
+        go.wait(JOIN_S)
+        for _ in range(200):
+            with precompile_output():
+                if not generating_output():
+                    failures.add("off inside a block")
+                if rnd.random() < 0.3:
+                    with precompile_output(False):
+                        pass  # another thread's block may be the innermost: no claim here
+                time.sleep(0)
+
+    with fast_thread_switching():
+        join(start(*(lambda i=i: body(i) for i in range(8)), failures=failures))
+    failures.check()
+    assert not generating_output()
+
+
+def test_explicit_switches_and_blocks_keep_working():
+    from specializer import generating_output, precompile_output
+
+    assert not generating_output()
+    precompile_output(True)
+    try:
+        assert generating_output()
+        with precompile_output(False):
+            assert not generating_output()
+        assert generating_output()  # the switch from before the block is back
+    finally:
+        precompile_output(False)
+    assert not generating_output()
+    with precompile_output(True):
+        assert generating_output()
+    assert not generating_output()  # the argument's switch lasted until the block began
+
+
+def test_compile_hooks_in_overlapping_blocks_of_two_threads_each_count():
+    from specializer import device_code
+
+    a_in, b_in, a_out = (threading.Event() for _ in range(3))
+    seen: dict[str, int] = {}
+
+    def a() -> None:
+        with device_code(lambda job, art: None):
+            a_in.set()
+            b_in.wait(JOIN_S)
+        a_out.set()
+
+    def b() -> None:
+        a_in.wait(JOIN_S)
+        with device_code(lambda job, art: None):
+            b_in.set()
+            a_out.wait(JOIN_S)
+            seen["hooks inside b after a ended"] = len(world_module.hooks())
+        seen["hooks after both"] = len(world_module.hooks())
+
+    threads = [_in_thread(a), _in_thread(b)]
+    for t in threads:
+        t.join(JOIN_S)
+    assert seen == {"hooks inside b after a ended": 1, "hooks after both": 0}
+    assert not world_module.bypassing()
