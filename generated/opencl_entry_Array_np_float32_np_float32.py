@@ -37,21 +37,20 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             _give(k)
 
 
-    def front(_w, _where, _kw, _F):
+    def front(_w, _where, _kw, _F, _options):
         # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
         # kernel instance type) of the lookup it holds. Anything else is a miss.
-        def entry(f, args, global_size, local_size, global_offset, wait_for, queue, kw):
+        def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
-            where = queue
-            if _w is not _WORLD[0] or where is not _where or (kw or _kw) and kw != _kw:
-                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+            if _w is not _WORLD[0] or queue is not _where or kw or options is not _options and options != _options:
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             try:
                 a0, a1, = args
             except ValueError:
-                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a0.__class__ is _C0 and (a0.dtype is _D0 or a0.dtype == _D0) and a1.__class__ is _C1):
-                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, ), kw)
+                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             t = _LAST_SIZE[0]
             if global_size is t[0] and local_size is None and global_offset is None:
                 global_size = t

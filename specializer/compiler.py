@@ -24,6 +24,7 @@ and finding code scans that, never the history.
 
 from __future__ import annotations
 
+import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -324,8 +325,6 @@ class device_code(_world.Scope):
     ends whatever interrupts it (see :class:`specializer.world.Scope`).
     """
 
-    __slots__ = ()
-
     def __init__(self, callback: Callable[[CompilerJob, Artifact], Any]) -> None:
         if not callable(callback):
             raise TypeError(f"device_code takes a callback(job, artifact), got {callback!r}")
@@ -337,8 +336,6 @@ class device_code_source(_world.Scope):
     looked up inside the block; a block that looked up no kernel raises a clear error when
     it ends (unless it ends with an error of its own)."""
 
-    __slots__ = ("sources",)
-
     def __init__(self) -> None:
         sources: list[str] = []
         self.sources = sources
@@ -347,9 +344,13 @@ class device_code_source(_world.Scope):
     def _entered(self) -> list[str]:
         return self.sources
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        self._held.release()  # the first call: the hook ends before anything else runs
-        if exc_type is None and not self.sources:
+    def _exit_ops(self) -> list[Callable[[], Any]]:
+        return [self._check]
+
+    def _check(self) -> None:
+        # Runs as the block ends, after the hook has ended. (io.IOBase.__exit__ passes no
+        # exception to close(); the one the block ends with is the one being handled.)
+        if not self.sources and sys.exc_info()[0] is None:
             raise RuntimeError(
                 "device_code_source(): no kernel was looked up inside the block; "
                 "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"

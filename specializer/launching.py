@@ -61,7 +61,7 @@ from . import world as _world
 from .kernels import Definitions, Kernel, KernelInstance, LookupSite
 from .types import WEAK, type_name
 
-__all__ = ["HostKernel", "Launcher", "signature"]
+__all__ = ["NOTHING", "HostKernel", "Launcher", "signature"]
 
 
 def signature(name: str, tt: Iterable[type]) -> str:
@@ -104,6 +104,8 @@ class HostKernel(functools.partial):
         )
 
 
+#: a lifted compiler kwarg that was not given
+NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 _factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _HOSTS = 16  # the HostKernels a linked kernel keeps for plain kernels, per (types, where)
 _factories_lock = threading.Lock()
@@ -119,6 +121,15 @@ class Launcher:
     #: launch option names, in order, and each one's default: "required", "none", "zero", "false"
     options: ClassVar[tuple[str, ...]]
     defaults: ClassVar[tuple[str, ...]]
+    #: compiler kwargs that ``launch`` takes by name (a launch with them stays as cheap as
+    #: one without: a keyword CPython must put into ``**compiler_kwargs`` costs a dict entry
+    #: and a search of every parameter name on each call); the rest go to ``**``
+    lifted: ClassVar[tuple[str, ...]] = ()
+    #: every compiler kwarg's name, when all are known (then, with all of them lifted, a
+    #: front entry only checks that no other keyword came)
+    compiler_kwargs: ClassVar[tuple[str, ...]] = ()
+    #: the variable the template's ``where`` block sets: the where a front entry compares
+    where_name: ClassVar[str] = "where"
     #: the attribute of a kernel (or kernel instance type) that holds this back-end's front
     #: entry; its HostKernel memo is ``front_attr + "_host"``
     front_attr: ClassVar[str]
@@ -137,7 +148,7 @@ class Launcher:
         self.launch = codegen.generate(
             "launch.py.j2",
             (self.name, "launch"),
-            {"_miss": self.miss},
+            {"_miss": self.miss, "_NOTHING": NOTHING},
             f"{self.name}: launch(f, *args, {', '.join(self.options)})",
             **self.launch_params(),
         )
@@ -264,6 +275,9 @@ class Launcher:
             "kinds": kinds,
             "options": list(self.options),
             "defaults": list(self.defaults),
+            "lifted": list(self.lifted),
+            "all_lifted": bool(self.lifted) and set(self.lifted) == set(self.compiler_kwargs),
+            "where": self.where_name,
         }
         return parts, namespace, params
 
@@ -272,15 +286,21 @@ class Launcher:
         return {
             "options": list(self.options),
             "defaults": list(self.defaults),
+            "lifted": list(self.lifted),
             "attr": self.front_attr,
         }
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict) -> Any:
         """A launch that its front entry does not hold: type the arguments, look up, publish
-        a new front entry, launch."""
+        a new front entry, launch. ``opts`` are the launch options, then the lifted compiler
+        kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
-        where, opts = self.resolve(opts)
+        n = len(self.options)
+        if self.lifted:
+            lifted = opts[n:]
+            kw = {**kw, **{k: v for k, v in zip(self.lifted, lifted) if v is not NOTHING}}
+        where, opts = self.resolve(opts[:n])
         tt = self.argtypes(args, F)
         key = self.key(where, kw)
         w = _world.WORLD[0]  # before the lookup: see _publish
@@ -295,7 +315,8 @@ class Launcher:
         # now), nor when a definition raised the world during the lookup.
         if w is not None and _world.WORLD[0] is w:
             kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
-            entry = front(w, where, kw, F)
+            lifted = [kw.pop(k, NOTHING) for k in self.lifted]
+            entry = front(w, where, kw, F, *lifted)
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             setattr(F, self.front_attr, entry if F.__class__ is Kernel else staticmethod(entry))

@@ -41,8 +41,6 @@ class precompile_output(_world.Scope):
     block begins.
     """
 
-    __slots__ = ("_switched",)
-
     def __init__(self, on: bool | None = None) -> None:
         super().__init__("precompile", True if on is None else bool(on))
         self._switched: tuple[bool, int] | None = None

@@ -26,12 +26,13 @@ a C function. So each operation plans its changes (touching nothing), then makes
 in one C-level call (:func:`commit`) or in consecutive stores with no call between;
 a pin is removed by a weak reference's C callback; and a with-block of world state (a
 compile hook, a precompile block: :class:`Scope`) ends with the C-level release of its
-own lock, so a block that has begun always ends.
+own lock (its ``__exit__`` is a C method), so a block that has begun always ends.
 """
 
 from __future__ import annotations
 
 import _thread
+import io
 import itertools
 import os
 import threading
@@ -236,34 +237,26 @@ def bypassing() -> bool:
     return bool(_active("hook")) or precompiling()
 
 
-class _EndScope:
-    """``Scope.__exit__``: on an instance, the bound ``__exit__`` of the scope's own lock, so
-    the ``with`` statement ends the block with one C call (nothing can interrupt it); on the
-    class (``contextlib.ExitStack`` looks it up there), a function that does the same."""
-
-    def __get__(self, scope: Scope | None, owner: type | None = None) -> Any:
-        if scope is None:
-            return _end_scope
-        return scope._held.__exit__
-
-
-def _end_scope(scope: Scope, *exc_info: object) -> None:
-    if scope._held.locked():
-        scope._held.release()
-
-
-class Scope:
+class Scope(io.IOBase):
     """A with-block of process-wide world state: active from its entry to its end, across
     threads and nested in any order (``with`` blocks of it in several threads each count).
 
-    Its ``__exit__`` is the C-level release of a lock of its own, so a block that has begun
-    ends whatever interrupts it. Its ``__enter__`` makes the block active in one C-level
-    commit and, if interrupted just after, ends it again before raising. ``kind`` says what
-    it is ("hook": a compile hook whose ``value`` is the callback; "precompile": a precompile
-    block whose ``value`` is the mode inside it). One object is one block: enter it once.
+    ``kind`` says what it is ("hook": a compile hook whose ``value`` is the callback;
+    "precompile": a precompile block whose ``value`` is the mode inside it). One object is
+    one block: enter it once.
+
+    A block that has begun ends, whatever interrupts it. Its state is a lock of its own,
+    held while the block is active. ``__enter__`` makes the block active in one C-level
+    commit and, if interrupted just after, ends it again before raising. ``__exit__`` must
+    run no Python code before the block has ended (an interrupt can land at the entry of
+    any Python function): it is ``io.IOBase.__exit__``, a C method that calls
+    ``self.close()``, and ``close`` is set per block, as it begins, to a C-level chain that
+    releases the lock, then runs the block's Python ending (:meth:`_exit_ops`). That is
+    why a scope is an ``io.IOBase``; nothing else of it is used (``closed`` stays true, so
+    its finalizer never calls ``close``).
     """
 
-    __slots__ = ("__weakref__", "_held", "kind", "value")
+    closed = True  # IOBase's finalizer calls close() unless closed: never here
 
     def __init__(self, kind: str, value: Any) -> None:
         self.kind = kind
@@ -278,6 +271,10 @@ class Scope:
         """More changes to commit with the entry (planned with ``_lock`` held)."""
         return []
 
+    def _exit_ops(self) -> list[Callable[[], Any]]:
+        """What runs as the block ends, after it has ended (may raise)."""
+        return []
+
     def _entered(self) -> Any:
         """What ``with ... as x`` binds."""
         return None
@@ -285,6 +282,7 @@ class Scope:
     def __enter__(self) -> Any:
         held = self._held
         result = self._entered()
+        ending = map(_call, [partial(held.release), *map(partial, self._exit_ops())])
         done: list[bool] = []
         try:
             with _lock:
@@ -295,6 +293,7 @@ class Scope:
                     partial(held.acquire),
                     partial(_scopes.__setitem__, next(_scope_serial), self),
                     partial(WORLD.__setitem__, 0, None),
+                    partial(setattr, self, "close", partial(_consume, ending)),
                     *self._enter_ops(),
                     partial(done.append, True),
                 ]
@@ -306,7 +305,7 @@ class Scope:
             raise
         return result  # no call between the commit's end and the with statement's block
 
-    __exit__ = _EndScope()
+    # __exit__ is io.IOBase.__exit__: self.close(), the chain set as the block began.
 
     def __repr__(self) -> str:
         state = "active" if self.active() else "inactive"

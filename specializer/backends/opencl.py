@@ -792,6 +792,8 @@ class _OpenCLLauncher(launching.Launcher):
     template = "opencl_entry.py.j2"
     options = LAUNCH_OPTIONS
     defaults = ("required", "none", "none", "none", "none")
+    lifted = compiler_kwargs = COMPILER_KWARGS
+    where_name = "queue"
     front_attr = "_opencl_front"
     V = LinkedKernel
     host_class = HostKernel
