@@ -1,0 +1,577 @@
+"""A KeyboardInterrupt at any point leaves world state as if the operation happened whole or
+not at all (SPEC 9).
+
+CPython raises an asynchronous exception (a signal handler's ``KeyboardInterrupt``, one
+``PyThreadState_SetAsyncExc`` sets) only where its eval loop checks for pending work: a
+Python function's entry, a backward jump, and just after a call returns (in 3.10 a Python
+callee's too); never inside a C function, and not between other bytecodes. :class:`Injector`
+raises a ``KeyboardInterrupt`` at exactly those points, found with ``sys.settrace`` (function
+entries, opcode events of backward jumps, and on 3.10 returns into a call) and
+``sys.setprofile`` (the return of each C function called from Python). Each test runs an
+operation once per such point, n = 0, 1, 2, ..., each time with fresh state and the interrupt
+at the n-th point, until the operation completes with none left; after each run it checks
+every invariant of the world state, and that what follows (a launch, a lookup in a pinned
+world, a later definition) sees a whole operation or none.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dis
+import gc
+import inspect
+import itertools
+import random
+import signal
+import sys
+import time
+
+import numpy as np
+import pytest
+from pybackend import CONFIG, typeof
+
+from specializer import (
+    cached_lookup,
+    compile_count,
+    current,
+    device_code,
+    device_code_source,
+    generating_output,
+    invoke_in_world,
+    latest,
+    precompile_output,
+)
+from specializer import compiler as compiler_module
+from specializer import world as world_module
+from specializer.kernels import DeviceFunction, Kernel, uncached_lookup
+from specializer.world import WORLD, WORLD_MAX
+
+_fresh = itertools.count()
+_OLD = sys.version_info < (3, 11)
+_CALLS = {name for name in dis.opmap if name.startswith("CALL")}
+_GENERATOR = inspect.CO_GENERATOR | inspect.CO_COROUTINE | inspect.CO_ASYNC_GENERATOR
+
+
+def _backward(code, offset: int) -> bool:
+    name = dis.opname[code.co_code[offset]]
+    if "BACKWARD" in name:
+        return "NO_INTERRUPT" not in name
+    if name == "JUMP_ABSOLUTE":  # 3.10's loops: a backward jump checks for pending work
+        return code.co_code[offset + 1] * 2 <= offset
+    return False
+
+
+class Injected(KeyboardInterrupt):
+    """The interrupt the injector raises (a KeyboardInterrupt: nothing may treat it as less)."""
+
+
+class Injector:
+    """Raise :class:`Injected` at the ``at``-th point (counting from 0) where CPython could
+    raise an asynchronous exception while ``run`` runs ``op``; ``None``: count them only."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at = at
+        self.seen = 0
+        self.fired = False
+        self.armed = False
+
+    def _land(self) -> None:
+        if not self.armed or self.fired:
+            return
+        if self.seen == self.at:
+            self.fired = True
+            raise Injected(f"injected at point {self.seen}")
+        self.seen += 1
+
+    def _trace(self, frame, event, arg):
+        if event == "call":
+            frame.f_trace_opcodes = True
+            # A generator's frame is "called" again when it is closed (a throw into it, which
+            # checks for nothing); its loops' backward jumps are points all the same.
+            if not frame.f_code.co_flags & _GENERATOR:
+                self._land()
+        elif event == "opcode":
+            if _backward(frame.f_code, frame.f_lasti):
+                self._land()
+        elif event == "return" and _OLD:
+            caller = frame.f_back
+            if (
+                caller is not None
+                and caller.f_lasti >= 0
+                and dis.opname[caller.f_code.co_code[caller.f_lasti]] in _CALLS
+            ):
+                self._land()
+        return self._trace
+
+    def _profile(self, frame, event, arg):
+        if event == "c_return":
+            self._land()
+
+    def run(self, op, *args):
+        gc.disable()  # a collection would run finalizers, whose interrupts CPython swallows
+        sys.settrace(self._trace)
+        sys.setprofile(self._profile)
+        try:
+            self.armed = True
+            return op(*args)
+        finally:
+            self.armed = False
+            sys.setprofile(None)
+            sys.settrace(None)
+            gc.enable()
+
+
+def interrupt_everywhere(setup, op, check, limit: int = 20_000) -> int:
+    """For n = 0, 1, ...: ``state = setup()``, run ``op(state)`` interrupted at its n-th point,
+    then ``check(state, interrupted)``; until ``op`` runs to its end with no point left.
+    Returns how many points there were."""
+    for n in range(limit):
+        state = setup()
+        inj = Injector(n)
+        try:
+            inj.run(op, state)
+        except Injected:
+            assert inj.fired
+        else:
+            assert not inj.fired, "the interrupt was swallowed"
+        check(state, inj.fired)
+        if not inj.fired:
+            assert n > 0, "the operation passed no point where an interrupt could land"
+            return n
+    raise AssertionError(f"more than {limit} points")
+
+
+def _settle() -> None:
+    """What the next slow path does: let the hot path back in if nothing needs it off.
+    (Nothing here waits for the garbage collector: a pin dies with its last reference.)"""
+    world_module.refresh()
+
+
+def _world_invariants() -> None:
+    """What holds between operations, whatever was interrupted: the hot world is the latest
+    or off; with no pin, hook or block left it comes back; no pin, hook or block is left."""
+    assert WORLD[0] in (None, latest())
+    _settle()
+    assert world_module._pin.get() is None
+    assert world_module.pins() == 0, world_module._pins
+    assert world_module.hooks() == []
+    assert not generating_output()
+    assert WORLD[0] == latest() == current()
+
+
+def uncached(f, *args, context="ctx"):
+    return uncached_lookup(f, tuple(typeof(a) for a in args), CONFIG, context)(*args)
+
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+class Program:
+    """A kernel calling a device function, compiled, plus an unrelated function."""
+
+    def __init__(self) -> None:
+        n = next(_fresh)
+        self.leaf_name = f"ki_leaf_{n}"
+        self.leaf = DeviceFunction(self.leaf_name)
+        self.leaf.add_method(self.leaf_body(1), signature=())
+        self.k = Kernel(f"ki_k_{n}", typeof)
+        self.k.add_method(self.kernel_body("number"), signature=(np.number,), callees=[self.leaf])
+        assert uncached(self.k, 2) == ("number", 2)
+        assert uncached(self.k, np.float32(2)) == ("number", 2)
+        self.w0 = latest()
+        self.ci = self._code((np.int64,))
+        self.leaf_method = self.leaf.methods()[0]
+        self.k_method = self.k.methods()[0]
+        self.history = (len(self.leaf._history), len(self.k._history))
+
+    def leaf_body(self, factor: int):
+        return lambda: f"def {self.leaf_name}(v): return v * {factor}"
+
+    def kernel_body(self, tag: str):
+        return lambda *ts: f"def {self.k.name}(x): return ({tag!r}, {self.leaf_name}(x))"
+
+    def _code(self, tt):
+        mi = self.k.methodinstance(tt)
+        (ci,) = compiler_module._cache[compiler_module._key(mi, CONFIG)]
+        return ci
+
+
+def _dispatch_is_brute_force(gf, tt, w) -> None:
+    """The dispatch cache says what a scan of every method visible in ``w`` says."""
+    visible = [m for m in gf._history if m.min_world <= w <= m.max_world]
+    try:
+        want = gf._select(tt, visible, w)
+    except Exception as e:  # MethodError, AmbiguityError
+        want = type(e)
+    try:
+        got = gf.methodinstance(tt, w).method
+    except Exception as e:
+        got = type(e)
+    assert got is want, (gf, tt, w, got, want)
+
+
+def callee_redefinition():
+    """A device function redefined while a kernel compiled against it is cached."""
+
+    def op(p: Program) -> None:
+        p.leaf.add_method(p.leaf_body(10), signature=())
+
+    def check(p: Program, interrupted: bool) -> None:
+        happened = latest() == p.w0 + 1
+        assert latest() in (p.w0, p.w0 + 1)
+        assert happened or interrupted
+        methods = p.leaf.methods()
+        assert len(methods) == 1
+        assert len(p.leaf._history) == p.history[0] + happened
+        if happened:
+            assert methods[0] is not p.leaf_method and p.leaf_method.max_world == p.w0
+            assert p.ci.max_world == p.w0  # the kernel's code depended on the old callee
+            assert p.ci not in [e for _, _, e in p.k.backedges()]
+            assert p.ci not in [e for _, _, e in p.leaf.backedges()]
+        else:
+            assert methods[0] is p.leaf_method and p.leaf_method.max_world == WORLD_MAX
+            assert p.ci.max_world == WORLD_MAX
+            assert p.ci in [e for _, _, e in p.k.backedges()]
+            assert p.ci in [e for _, _, e in p.leaf.backedges()]
+        for w in (p.w0 - 1, p.w0, latest()):
+            _dispatch_is_brute_force(p.leaf, (), w)
+            _dispatch_is_brute_force(p.k, (np.int64,), w)
+        _world_invariants()
+        # What follows sees the whole definition or none: never the old callee after it.
+        assert uncached(p.k, 2) == ("number", 20 if happened else 2)
+        assert invoke_in_world(p.w0, uncached, p.k, 2) == ("number", 2)
+        p.leaf.add_method(p.leaf_body(100), signature=())  # a later definition works
+        assert uncached(p.k, 2) == ("number", 200)
+        _world_invariants()
+
+    return Program, op, check
+
+
+def more_specific_method():
+    """A more specific kernel method, with dispatch cached for both signatures."""
+
+    def op(p: Program) -> None:
+        p.k.add_method(p.kernel_body("int64"), signature=(np.int64,), callees=[p.leaf])
+
+    def check(p: Program, interrupted: bool) -> None:
+        happened = latest() == p.w0 + 1
+        assert latest() in (p.w0, p.w0 + 1) and (happened or interrupted)
+        assert len(p.k.methods()) == 1 + happened
+        assert p.k_method.max_world == WORLD_MAX  # not replaced: another signature
+        assert p.ci.max_world == (p.w0 if happened else WORLD_MAX)
+        for tt in ((np.int64,), (np.float32,)):
+            for w in (p.w0, latest()):
+                _dispatch_is_brute_force(p.k, tt, w)
+        _world_invariants()
+        assert uncached(p.k, 2) == ("int64" if happened else "number", 2)
+        assert uncached(p.k, np.float32(2)) == ("number", 2)
+        assert invoke_in_world(p.w0, uncached, p.k, 2) == ("number", 2)
+        _world_invariants()
+
+    return Program, op, check
+
+
+def replacement():
+    """A kernel method replaced."""
+
+    def op(p: Program) -> None:
+        p.k.add_method(p.kernel_body("again"), signature=(np.number,), callees=[p.leaf])
+
+    def check(p: Program, interrupted: bool) -> None:
+        happened = latest() == p.w0 + 1
+        assert latest() in (p.w0, p.w0 + 1) and (happened or interrupted)
+        (m,) = p.k.methods()
+        assert (m is not p.k_method) == happened
+        assert p.k_method.max_world == (p.w0 if happened else WORLD_MAX)
+        _dispatch_is_brute_force(p.k, (np.int64,), latest())
+        _world_invariants()
+        assert uncached(p.k, 2) == ("again" if happened else "number", 2)
+        _world_invariants()
+
+    return Program, op, check
+
+
+def bump():
+    """``bump()``."""
+
+    def setup():
+        return latest()
+
+    def check(w0: int, interrupted: bool) -> None:
+        assert latest() in (w0, w0 + 1)
+        _world_invariants()
+
+    return setup, lambda w0: world_module.bump(), check
+
+
+# -- pins --------------------------------------------------------------------------------
+
+
+def pin():
+    """``invoke_in_world``; then a cached lookup pinned to that world gets its own entry."""
+
+    def setup():
+        gf = Kernel(f"ki_pin_{next(_fresh)}", typeof)
+        gf.add_method(lambda *ts: "", signature=(np.number,))
+        old = latest()
+        world_module.bump()
+        return old
+
+    def op(old: int) -> None:
+        assert invoke_in_world(old, current) == old
+
+    def check(old: int, interrupted: bool) -> None:
+        _world_invariants()
+        # a cached lookup pinned to `old` gets old's entry, never the latest world's
+        F = Kernel("ki_pin_site", typeof)
+
+        def site():
+            return cached_lookup(lambda: (current(),), tuple, F, (), "k")
+
+        assert site() == (latest(),)
+        assert invoke_in_world(old, site) == (old,)
+        assert site() == (latest(),)
+        _world_invariants()
+
+    return setup, op, check
+
+
+def copied_context():
+    """A context copied inside ``invoke_in_world`` holds the pin while it lives."""
+
+    def setup():
+        return [latest()]
+
+    def op(state: list) -> None:
+        state.append(invoke_in_world(state[0], contextvars.copy_context))
+
+    def check(state: list, interrupted: bool) -> None:
+        if len(state) == 2:  # the copy holds the pin while it lives
+            assert state[1].run(current) == state[0]
+            assert world_module.pinned_worlds() == {state[0]}
+            del state[1]
+        _world_invariants()
+
+    return setup, op, check
+
+
+# -- with-blocks: compile hooks and precompile blocks ----------------------------------------
+
+
+def compile_hook_block():
+    """``with device_code(cb):`` around a lookup."""
+
+    def setup():
+        p = Program()
+        p.seen = []
+        return p
+
+    def op(p: Program) -> None:
+        with device_code(lambda job, artifact: p.seen.append(job.name)):
+            uncached(p.k, 2)
+
+    def check(p: Program, interrupted: bool) -> None:
+        assert p.seen in ([], [p.k.name])
+        _world_invariants()
+        n, count = len(p.seen), compile_count()
+        assert uncached(p.k, 2) == ("number", 2)
+        assert len(p.seen) == n and compile_count() == count  # the hook is gone
+
+    return setup, op, check
+
+
+def device_code_source_block():
+    """``with device_code_source() as sources:`` around a lookup."""
+
+    def setup():
+        p = Program()
+        p.got = []
+        return p
+
+    def op(p: Program) -> None:
+        with device_code_source() as sources:
+            uncached(p.k, 2)
+        p.got.append(sources)
+
+    def check(p: Program, interrupted: bool) -> None:
+        if p.got:
+            assert len(p.got[0]) == 1 and p.k.name in p.got[0][0]
+        _world_invariants()
+
+    return setup, op, check
+
+
+def precompile_blocks():
+    """Nested precompile blocks, one with an explicit argument."""
+
+    def setup():
+        return []
+
+    def op(seen: list) -> None:
+        with precompile_output():
+            seen.append(generating_output())
+            with precompile_output(False):
+                seen.append(generating_output())
+            seen.append(generating_output())
+
+    def check(seen: list, interrupted: bool) -> None:
+        assert seen == [True, False, True][: len(seen)]
+        _world_invariants()
+
+    return setup, op, check
+
+
+def outright_switch():
+    """``precompile_output(True)``."""
+
+    def op(state) -> None:
+        precompile_output(True)
+
+    def check(state, interrupted: bool) -> None:
+        on = generating_output()
+        assert on or interrupted
+        precompile_output(False)
+        _world_invariants()
+
+    return lambda: None, op, check
+
+
+CASES = [
+    callee_redefinition,
+    more_specific_method,
+    replacement,
+    bump,
+    pin,
+    copied_context,
+    compile_hook_block,
+    device_code_source_block,
+    precompile_blocks,
+    outright_switch,
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
+def test_interrupted_anywhere_it_is_whole_or_not_at_all(case):
+    """Every point where an interrupt can land in the operation, one run each."""
+    assert interrupt_everywhere(*case()) >= 2
+
+
+def test_the_injector_lands_only_where_cpython_checks_for_pending_work():
+    class Plain:
+        pass
+
+    def straight_line(o):
+        o.a = 1
+        o.b = 2
+        return o
+
+    def calls(o):
+        o.a = len("x")
+        return o
+
+    def loop(o):
+        for _ in range(3):
+            o.a = 0
+        return o
+
+    counts = []
+    for fn in (straight_line, calls, loop):
+        inj = Injector(None)
+        inj.run(fn, Plain())
+        counts.append(inj.seen)
+    # the entry, then nothing between the two stores; a C call's return; each backward jump
+    # (and the C calls range() and iter(): the loop's set-up)
+    assert counts[0] == 1 and counts[1] == 2 and counts[2] >= 4
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_real_timer_signals_at_random_points_leave_nothing_behind():
+    """What the injector models, with real signals: a timer at a random moment of each
+    operation raises KeyboardInterrupt from its handler, wherever CPython runs it."""
+    rnd = random.Random(1)
+    armed = [False]
+
+    def handler(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt("timer")
+
+    old_handler = signal.signal(signal.SIGALRM, handler)
+    interrupts, runs, deadline = 0, 0, time.monotonic() + 20
+    durations = {}
+    gc.collect()
+    gc.disable()  # a collection's callbacks and finalizers would swallow the interrupt
+    try:
+        while interrupts < 2000 and time.monotonic() < deadline:
+            case = CASES[runs % len(CASES)]
+            runs += 1
+            setup, op, check = case()
+            state = setup()
+            delay = rnd.random() * durations.get(case, 1e-3)
+            interrupted = False
+            t = time.perf_counter()
+            try:
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, max(delay, 1e-6))
+                op(state)
+                armed[0] = False  # before the timer is stopped: a late signal does nothing
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                interrupted = True
+                interrupts += 1
+            else:
+                durations[case] = time.perf_counter() - t
+            check(state, interrupted)
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler)
+        gc.enable()
+    assert interrupts >= min(200, runs // 4), (interrupts, runs)
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+@pytest.mark.parametrize("case", [callee_redefinition, bump, pin, compile_hook_block])
+def test_an_interrupt_while_waiting_for_the_world_lock_changes_nothing(case):
+    """Another thread holds the world lock; the operation waits for it and is interrupted
+    there (a lock's wait lets a signal handler run), then the lock is let go."""
+    import threading
+
+    setup, op, check = case()
+    state = setup()
+    holding, let_go = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with world_module.lock():
+            holding.set()
+            let_go.wait(10)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert holding.wait(10)
+    w = latest()
+    old = signal.signal(signal.SIGALRM, _raise_interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        with pytest.raises(KeyboardInterrupt):
+            op(state)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+        let_go.set()
+        t.join(10)
+    assert latest() == w  # the interrupt came while it waited: nothing happened
+    check(state, True)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt("timer")
+
+
+@pytest.fixture(autouse=True)
+def _clean_world():
+    _world_invariants()
+    yield
+    _world_invariants()
