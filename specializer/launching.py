@@ -144,6 +144,7 @@ class Launcher:
         self.definitions = definitions
         self.typeof = definitions.typeof
         self._host_attr = self.front_attr + "_host"
+        self._used = False  # by this process: a fork of it may not use it (see _check_fork)
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
             "launch.py.j2",
@@ -296,6 +297,7 @@ class Launcher:
         kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
+        self._check_fork()
         n = len(self.options)
         if self.lifted:
             lifted = opts[n:]
@@ -336,6 +338,16 @@ class Launcher:
             "looks up what it is given"
         )
 
+    def _check_fork(self) -> None:
+        # A fork of a process that used this back-end must not touch its contexts (a launch
+        # would hang); every lookup misses in a fork (WORLD[0] is None there), so checking on
+        # the miss is enough. A fork of a process that never used it may.
+        if self._used:
+            if _world.STATE.forked:
+                _world.check_fork(f"specializer's {self.name} back-end")
+        else:
+            self._used = True
+
     def unknown(self, kw: dict[str, Any]) -> None:
         """A HostKernel call given keywords that are not launch options: say which are."""
         raise TypeError(
@@ -367,6 +379,7 @@ class Launcher:
     def _function_miss(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
+        self._check_fork()
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
         key = self.key(where, kw)

@@ -58,3 +58,32 @@ def test_a_spawn_pool_launches_kernels_and_kernel_instances_on_pocl():
     assert [a.tolist() for a in filled] == [[3] * 8, [4] * 8]
     for a, got in zip((2, 3), summed):
         assert np.array_equal(got, y + np.float32(a) * x)
+
+
+def _launch_in_fork(conn):
+    try:
+        _fill((fill_in_worker, np.float32(1)))
+        conn.send("launched")
+    except RuntimeError as e:
+        conn.send(str(e))
+    conn.close()
+
+
+@pytest.mark.skipif(not hasattr(multiprocessing, "get_context"), reason="no multiprocessing")
+def test_a_fork_after_launches_gets_a_clear_error_instead_of_hanging():
+    import os
+    import warnings
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    _fill((fill_in_worker, np.float32(2)))  # the parent uses the back-end
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded process
+        p = ctx.Process(target=_launch_in_fork, args=(child,))
+        p.start()
+    assert parent.poll(60), "the forked child did not answer: it hung"
+    message = parent.recv()
+    p.join(30)
+    assert "forked" in message and "'spawn' start method" in message, message
