@@ -24,6 +24,7 @@ and finding code scans that, never the history.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from abc import ABC, abstractmethod
@@ -168,6 +169,8 @@ _cache: dict[tuple[Any, ...], tuple[CodeInstance, ...]] = {}
 #: Closed code instances kept because a live pin's world may still use them (see _sweep).
 _retained: dict[CodeInstance, None] = {}
 _cache_lock = threading.RLock()
+if hasattr(os, "register_at_fork"):  # a thread of the parent may have held it (it would never end)
+    os.register_at_fork(after_in_child=_cache_lock._at_fork_reinit)
 _compiles = 0
 
 

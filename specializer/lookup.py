@@ -31,6 +31,7 @@ name.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -121,6 +122,8 @@ _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[.
 #: unique: the callback runs before the code's memory can be reused.
 _sites: dict[int, tuple[Any, list[tuple[int, Any, tuple[type, ...], type, type]]]] = {}
 _create_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):  # a thread of the parent may have held it (it would never end)
+    os.register_at_fork(after_in_child=_create_lock._at_fork_reinit)
 
 
 def _release_site(site_id: int, _ref: object = None) -> None:

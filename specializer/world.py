@@ -232,9 +232,10 @@ def precompiling() -> bool:
 
 
 def bypassing() -> bool:
-    """Whether cached lookups must neither hit nor store: a compile hook is active, or
-    precompile-output mode is on."""
-    return bool(_active("hook")) or precompiling()
+    """Whether cached lookups must neither hit nor store: a compile hook is active,
+    precompile-output mode is on, or this process is a fork (whose lookups must reach the
+    back-end, which refuses them: see check_fork)."""
+    return STATE.forked or bool(_active("hook")) or precompiling()
 
 
 class Scope(io.IOBase):
@@ -363,10 +364,10 @@ def check_fork(what: str) -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.RLock()  # another thread of the parent may have held it: it never ends
+    # Another thread of the parent may have held the lock: in the child it would never end.
+    _lock._at_fork_reinit()
     STATE.forked = True
-    WORLD[0] = None
+    WORLD[0] = None  # every cached lookup takes the slow path, where the back-end checks
 
 
 if hasattr(os, "register_at_fork"):

@@ -107,3 +107,98 @@ def test_nested_pins_unwind_in_order():
 
 def test_world_numbers_are_exported_at_top_level():
     assert specializer.latest is latest and specializer.current is current
+
+
+def _in_fork(body) -> dict:
+    """Run ``body()`` in a forked child; return the dict it returns (or the error it raised)."""
+    import json
+    import os
+    import warnings
+
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads alive
+        pid = os.fork()
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        try:
+            out = body()
+        except BaseException as e:
+            out = {"error": f"{type(e).__name__}: {e}"}
+        os.write(w, json.dumps(out).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_knows_it_and_every_cached_lookup_takes_the_slow_path():
+    from specializer import cached_lookup, world
+
+    F = GenericFunction("forked_site")
+    calls = []
+
+    def site():
+        return cached_lookup(lambda: calls.append(1) or (current(),), tuple, F, (), "k")
+
+    site()
+    assert site() == (latest(),) and len(calls) == 1 and not world.forked()
+
+    def child():
+        before = len(calls)
+        site()
+        world.refresh()  # the slow path's refresh leaves it off in a fork
+        site()
+        try:
+            world.check_fork("specializer's OpenCL back-end")
+            raised = ""
+        except RuntimeError as e:
+            raised = str(e)
+        return {
+            "forked": world.forked(),
+            "hot": world.WORLD[0],
+            "lookups": len(calls) - before,
+            "raised": raised,
+        }
+
+    got = _in_fork(child)
+    assert got["forked"] is True and got["hot"] is None
+    assert got["lookups"] == 2  # no hit, ever: each call runs the (back-end's) lookup
+    msg = got["raised"]
+    assert "forked" in msg and "specializer's OpenCL back-end" in msg
+    assert "'spawn'" in msg and "multiprocessing.get_context('spawn')" in msg
+    # the parent is untouched
+    assert not world.forked() and world.WORLD[0] == latest()
+    world.check_fork("anything")
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_fork_while_another_thread_holds_the_world_lock_does_not_hang_the_child():
+    from specializer import world
+
+    holding, let_go = threading.Event(), threading.Event()
+
+    def hold():
+        with world.lock():
+            holding.set()
+            let_go.wait(10)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert holding.wait(10)
+    try:
+        got = _in_fork(lambda: {"bumped": bump() > 0, "defined": _define_in_child()})
+    finally:
+        let_go.set()
+        t.join(10)
+    assert got == {"bumped": True, "defined": True}
+
+
+def _define_in_child() -> bool:
+    gf = GenericFunction("defined_in_fork")
+    gf.add_method(lambda x: 0, signature=(np.number,))
+    return gf.methodinstance((np.float32,)).method.fn(0) == 0
