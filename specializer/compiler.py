@@ -75,15 +75,23 @@ class Backend(ABC):
         """Make ``artifact`` usable in ``context``; the result is cached per context."""
 
 
+_config_keys: dict[tuple[int, Hashable], int] = {}
+_config_lock = threading.Lock()
+
+
 class CompilerConfig:
     """A back-end and its (hashable) options: what besides the method instance decides the code."""
 
-    __slots__ = ("_hash", "backend", "options")
+    __slots__ = ("_hash", "_key", "backend", "options")
 
     def __init__(self, backend: Backend, options: Hashable = ()) -> None:
         self.backend = backend
         self.options = options
         self._hash = hash((id(backend), options))
+        # A small int per distinct (backend, options): the compiled-code cache's key holds
+        # it, so finding code hashes an int, never this class's own (Python) __hash__.
+        with _config_lock:
+            self._key = _config_keys.setdefault((id(backend), options), len(_config_keys))
 
     def __eq__(self, other: object) -> bool:
         return (
@@ -165,12 +173,13 @@ class CodeInstance:
 
 
 #: ``_key(mi, config)`` -> the code instances kept for it, newest first (replaced whole).
-_cache: dict[tuple[Any, ...], tuple[CodeInstance, ...]] = {}
+_cache: dict[tuple[MethodInstance, int], tuple[CodeInstance, ...]] = {}
 #: Closed code instances kept because a live pin's world may still use them (see _sweep).
 _retained: dict[CodeInstance, None] = {}
 _cache_lock = threading.RLock()
 if hasattr(os, "register_at_fork"):  # a thread of the parent may have held it (it would never end)
     os.register_at_fork(after_in_child=_cache_lock._at_fork_reinit)
+    os.register_at_fork(after_in_child=_config_lock._at_fork_reinit)
 _compiles = 0
 
 
@@ -214,10 +223,10 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
 
 
-def _key(mi: MethodInstance, config: CompilerConfig) -> tuple[Any, ...]:
+def _key(mi: MethodInstance, config: CompilerConfig) -> tuple[MethodInstance, int]:
     """The cache's key of (method instance, config): hashed and compared in C (a config's own
     ``__hash__`` is Python code, which must not run inside a commit; see world.commit)."""
-    return (mi, id(config.backend), config.options)
+    return (mi, config._key)
 
 
 def _store(
@@ -247,7 +256,7 @@ def _store(
 
 def _find(job: CompilerJob) -> CodeInstance | None:
     w = job.world
-    for ci in _cache.get(_key(job.mi, job.config), ()):
+    for ci in _cache.get((job.mi, job.config._key), ()):  # _key(), inline: this is hot
         if ci.min_world <= w <= ci.max_world:
             return ci
     return None
@@ -292,11 +301,15 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     threads' misses, never their ``cached_lookup`` hits, which take no lock."""
     with _cache_lock:
         deps = None
-        ci = _find(job)
-        if ci is None:
+        w = job.world
+        for ci in _cache.get((job.mi, job.config._key), ()):  # _find(job), inline: hot
+            if ci.min_world <= w <= ci.max_world:
+                break
+        else:
             ci, deps = _compile(job)
-        for hook in _world.hooks():
-            hook(job, ci.artifact)
+        if _world._scopes:  # a block of some kind was entered (and maybe still is)
+            for hook in _world.hooks():
+                hook(job, ci.artifact)
         linked = ci.linked.get(context)
         if linked is None:
             linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored

@@ -221,6 +221,8 @@ def _prune() -> None:
 
 def hooks() -> list[Any]:
     """The values (callbacks) of the active compile-hook blocks, in order of entry."""
+    if not _scopes:
+        return []
     return [s.value for s in _active("hook")]
 
 
@@ -235,6 +237,8 @@ def bypassing() -> bool:
     """Whether cached lookups must neither hit nor store: a compile hook is active,
     precompile-output mode is on, or this process is a fork (whose lookups must reach the
     back-end, which refuses them: see check_fork)."""
+    if not _scopes:
+        return STATE.forked or STATE.precompile
     return STATE.forked or bool(_active("hook")) or precompiling()
 
 
