@@ -195,6 +195,8 @@ class Definitions:
         self.typeof = typeof
         self.module = module  # for messages: "specializer.backends.opencl"
         self._table: dict[tuple[str, str, type], GenericFunction] = {}
+        #: the class of this back-end's kernels (see :meth:`kernel_slots`)
+        self.kernel_class: type[Kernel] = Kernel
         self._lock = threading.Lock()
 
     def _define(self, cls: type, fn: Callable[..., Any], callees: Iterable[GenericFunction]) -> Any:
@@ -205,12 +207,21 @@ class Definitions:
         with self._lock:
             gf = self._table.get(key)
             if gf is None:
-                gf = cls(name, self.typeof) if cls is Kernel else cls(name)
+                gf = self.kernel_class(name, self.typeof) if cls is Kernel else cls(name)
                 gf.__module__ = key[0]
                 gf.__qualname__ = getattr(fn, "__qualname__", name)
                 self._table[key] = gf
         gf.add_method(fn, callees=callees)
         return gf
+
+    def kernel_slots(self, *names: str) -> None:
+        """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
+        each kernel): reading a slot costs the same whatever else a kernel holds, where an
+        attribute added to some kernels and not others makes every kernel's dict slower to
+        read. Call before any kernel is defined."""
+        self.kernel_class = type(
+            "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
+        )
 
     def own(self, F: Any) -> Kernel:
         """The kernel of ``F`` (a kernel or kernel instance type), which must have been defined
@@ -236,7 +247,7 @@ class Definitions:
     def kernel_type(self, f: Any) -> Any:
         """``F`` of ``f``: a kernel itself, or a kernel instance's type (not yet checked to be
         one of these decorators'; :meth:`own` does that)."""
-        if f.__class__ is Kernel:
+        if isinstance(f, Kernel):
             return f
         if isinstance(f, KernelInstance):
             return f.__class__

@@ -108,6 +108,7 @@ class HostKernel(functools.partial):
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 _factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
 _HOSTS = 16  # the HostKernels a linked kernel keeps for plain kernels, per (types, where)
+_RECENT = 16  # the front entries a kernel keeps, one per recent where
 _factories_lock = threading.Lock()
 
 
@@ -144,6 +145,8 @@ class Launcher:
         self.definitions = definitions
         self.typeof = definitions.typeof
         self._host_attr = self.front_attr + "_host"
+        self._recent_attr = self.front_attr + "_recent"
+        definitions.kernel_slots(self.front_attr, self._host_attr, self._recent_attr)
         self._used = False  # by this process: a fork of it may not use it (see _check_fork)
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
@@ -224,7 +227,7 @@ class Launcher:
     def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
         """``(run, front, call)`` of lookup types ``tt`` for ``linked`` (made once): the slow
         path's launch, the maker of front entries, and the HostKernel call."""
-        instance = F.__class__ is not Kernel
+        instance = not isinstance(F, Kernel)
         b = linked.bound.get((tt, instance))
         if b is None:
             captured = _captured(F)
@@ -296,16 +299,17 @@ class Launcher:
         a new front entry, launch. ``opts`` are the launch options, then the lifted compiler
         kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
-        self.definitions.own(F)
+        if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
+            self.definitions.own(F)
         self._check_fork()
         n = len(self.options)
-        if self.lifted:
-            lifted = opts[n:]
-            kw = {**kw, **{k: v for k, v in zip(self.lifted, lifted) if v is not NOTHING}}
+        for k, v in zip(self.lifted, opts[n:]):
+            if v is not NOTHING:
+                kw = {**kw, k: v}
         where, opts = self.resolve(opts[:n])
         tt = self.argtypes(args, F)
-        key = self.key(where, kw)
         w = _world.WORLD[0]  # before the lookup: see _publish
+        key = self.key(where, kw)
         linked = self.site.lookup(F, tt, key)
         run, front, _ = self.bound(linked, tt, F)
         self._publish(F, w, where, kw, front)
@@ -318,10 +322,17 @@ class Launcher:
         if w is not None and _world.WORLD[0] is w:
             kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
             lifted = [kw.pop(k, NOTHING) for k in self.lifted]
-            entry = front(w, where, kw, F, *lifted)
+            recent = getattr(F, self._recent_attr, None)
+            if recent is None:
+                recent = {}
+                setattr(F, self._recent_attr, recent)
+            entry = front(w, where, kw, F, recent, *lifted)
+            if len(recent) >= _RECENT and where not in recent:  # forget the oldest
+                recent.pop(next(iter(recent)), None)
+            recent[where] = entry
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
-            setattr(F, self.front_attr, entry if F.__class__ is Kernel else staticmethod(entry))
+            setattr(F, self.front_attr, entry if isinstance(F, Kernel) else staticmethod(entry))
 
     def mismatch(self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have its types

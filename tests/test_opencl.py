@@ -848,3 +848,22 @@ def test_a_dropped_context_is_freed_with_what_was_built_for_it():
     cl.clfunction(add_value, (F32, np.float32))
     gc.collect()
     assert [r() for r in refs] == [None, None, None]
+
+
+def test_kernels_launched_on_several_contexts_in_turn_keep_an_entry_for_each(queue, lookups):
+    device = queue.device
+    queues = [pyopencl.CommandQueue(pyopencl.Context([device])) for _ in range(5)]
+    xs = [cla.zeros(q, 4, np.float32) for q in queues]
+    for q, x in zip(queues, xs):  # the first launch on each looks up (and builds)
+        cl.launch(add_value, x, np.float32(1), global_size=4, queue=q)
+    n = len(lookups)
+    for _ in range(3):
+        for q, x in zip(queues, xs):
+            cl.launch(add_value, x, np.float32(1), global_size=4, queue=q)
+    assert len(lookups) == n  # each context's entry served its launches
+    assert [x.get().tolist() for x in xs] == [[4, 4, 4, 4]] * 5
+    specializer.bump()  # a new world: every entry is stale, each context looks up once
+    for q, x in zip(queues, xs):
+        cl.launch(add_value, x, np.float32(1), global_size=4, queue=q)
+    assert len(lookups) == n + 5
+    assert [x.get().tolist() for x in xs] == [[5, 5, 5, 5]] * 5
