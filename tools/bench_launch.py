@@ -102,6 +102,8 @@ ROWS = {  # key: the label in the table
     "(`cl.Buffer`, `cl.LocalMemory`, `np.int32`)",
     "kinds pyopencl": "pyopencl typed, the same arguments: `kk(queue, (1,), None, buf, loc, 1)` "
     "after `set_scalar_arg_dtypes([None, None, np.int32])`",
+    "five contexts": "`launch(k, xs[j], b, global_size=1, queue=queues[j])`, five contexts in "
+    "turn (j = i % 5)",
     EMPTY: "empty loop (`finish()` every 100), subtracted from every row above",
 }
 
@@ -246,6 +248,22 @@ def _setup() -> tuple[pyopencl.CommandQueue, dict[str, Variant]]:
                 finish()
 
     variants["kinds pyopencl"] = Variant(kinds_typed_loop, lambda: read_buffer(buf_typed), 1)
+
+    k_five = _kernel()
+    queues = [pyopencl.CommandQueue(pyopencl.Context([queue.device])) for _ in range(5)]
+    xs = [cla.zeros(q, 1, np.float32) for q in queues]
+    finishes = [q.finish for q in queues]
+
+    def five_loop(n):
+        for i in range(n):
+            j = i % 5
+            launch(k_five, xs[j], b, global_size=1, queue=queues[j])
+            if i % FINISH_EVERY == FINISH_EVERY - 1:
+                for f in finishes:
+                    f()
+        finish()
+
+    variants["five contexts"] = Variant(five_loop, lambda: float(sum(x.get()[0] for x in xs)), 1)
 
     def empty_loop(n):
         for i in range(n):
@@ -423,6 +441,11 @@ def main() -> int:
     r_i, r_c = ratio("options", "launch")
     print(f"  launch with options / without, host instructions: {fmt(r_i, _same)}")
     print(f"  launch with options / without, thread CPU time: {_same(r_c, 0.1)}")
+    r_i, r_c = ratio("five contexts", "launch")
+    print(
+        "  five contexts in turn / one context, host instructions: "
+        f"{fmt(r_i, lambda r: _bar(r, 1.5))} (issue 11)"
+    )
     r_i, r_c = ratio("kinds launch", "kinds pyopencl")
     print(
         "  launch with Buffer, LocalMemory, int / typed pyopencl with the same arguments, "
