@@ -1564,7 +1564,9 @@ def test_an_entry_holds_compiled_code_only_and_precompile_mode_writes_it(tmp_pat
     assert set(meta) == {"key", "ptx", "cubin", "lowered", "log"}  # no worlds, no handles
     assert meta["lowered"] == {"built_for_later": "built_for_later"}
     assert _diskcache.load(path.name.split(".")[0])["ptx"] == ptx
-    assert str(specializer.latest()).encode() not in data[start : start + n]
+    # (The world's number itself may occur in PTX by chance; what holds is that no field can
+    # carry it: the fields are exactly the ones above, and none is named for a world.)
+    assert b"world" not in data[start : start + n]
 
 
 def test_an_unwritable_cache_directory_never_fails_a_compile(tmp_path, monkeypatch):
