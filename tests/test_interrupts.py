@@ -450,12 +450,24 @@ CASES = [
 ]
 
 
+# The injector models where CPython 3.11 and later check for pending asynchronous exceptions
+# (a call's return, a backward jump). CPython 3.10 checks at other points (and drops an
+# exception raised into a generator that is being finalized), so there the model does not
+# hold; the real timer signals below test 3.10 too.
+_INJECTOR_MODEL = pytest.mark.skipif(
+    sys.version_info < (3, 11),
+    reason="the injector models CPython 3.11+'s checks for pending asynchronous exceptions",
+)
+
+
+@_INJECTOR_MODEL
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__ for c in CASES])
 def test_interrupted_anywhere_it_is_whole_or_not_at_all(case):
     """Every point where an interrupt can land in the operation, one run each."""
     assert interrupt_everywhere(*case()) >= 2
 
 
+@_INJECTOR_MODEL
 def test_the_injector_lands_only_where_cpython_checks_for_pending_work():
     class Plain:
         pass
