@@ -13,6 +13,8 @@ lookup that finds valid code. Two parts of it:
 
 each with 1 or 200 methods in the kernel's table, and after 0 or 3,000 earlier redefinitions
 (alternately of the kernel's method and of its callee, each followed by a lookup that compiles).
+The garbage collector is off in the measured loops (its cost depends on the heap the set-up
+leaves, not on the lookup).
 Then, for scale, ``redefine``: a redefinition of the kernel's method plus the lookup after it
 (which compiles and links), with and without the 3,000 earlier redefinitions.
 
@@ -25,6 +27,7 @@ valgrind.
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import shutil
 import sys
@@ -148,7 +151,10 @@ def main() -> int:
     args = p.parse_args()
     if args.variant:
         what, methods, history = args.variant.split(":")
-        _loops(int(methods), int(history))[what](args.loops)
+        loop = _loops(int(methods), int(history))[what]
+        gc.collect()
+        gc.disable()  # a collection's cost depends on the heap the set-up left: keep it out
+        loop(args.loops)
         return 0
     if shutil.which("valgrind") is None:
         print("bench_history needs valgrind (callgrind)", file=sys.stderr)
