@@ -367,7 +367,14 @@ class Recorder:
     each entry of the kernelParams void* array points at, during the call."""
 
     def __init__(self, tt):
-        self.sizes = [8 if issubclass(t, A) else np.dtype(t).itemsize for t in tt]
+        self.sizes = [
+            8
+            if issubclass(t, A)
+            else t.dtype.itemsize
+            if issubclass(t, cuda.Struct)
+            else np.dtype(t).itemsize
+            for t in tt
+        ]
         self.calls = []
 
     def __call__(self, f, gx, gy, gz, bx, by, bz, shmem, stream, params, extra):
@@ -1576,3 +1583,18 @@ def test_an_unwritable_cache_directory_never_fails_a_compile(tmp_path, monkeypat
     src = 'extern "C" __global__ void nowhere_to_write(int *x) { x[0] = 1; }'
     r = _compiler.nvrtc_compile(src, ("nowhere_to_write",), ARCH, (), kernel="n")
     assert r.ptx and not r.cached
+
+
+def test_a_struct_by_value_is_its_bytes_in_the_parameter_buffer_at_its_alignment():
+    float4 = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("w", "<f4")])
+    pair = np.dtype([("a", "<i4"), ("b", "<f8")], align=True)
+    S4, SP = cuda.Struct[float4], cuda.Struct[pair]
+    v4 = np.array((1.0, 2.0, 3.0, 4.0), dtype=float4)[()]  # an np.void
+    vp = np.zeros((), dtype=pair)  # a 0-d array, as pyopencl.cltypes makes them
+    vp["a"], vp["b"] = 7, 2.5
+    assert cuda.typeof(v4) is S4 and cuda.typeof(vp) is SP
+    _, _, _, _, raw = launch_recorded((np.int8, S4, SP), np.int8(1), v4, vp)
+    assert raw == [b"\x01", v4.tobytes(), vp.tobytes()]
+    layout = _params.ParamBuffer((np.int8, S4, SP)).layout()
+    assert layout[1] == (16, 16)  # float4 is 16-aligned in CUDA C, after a char
+    assert layout[2][0] % 8 == 0 and layout[2][1] == 16
