@@ -37,19 +37,16 @@ def cuda_entry_Array_np_float32_Weak_int(linked, miss, mismatch, unknown):
             _failed(err, linked, grid, block, shared_mem)
 
 
-    def front(_w, _where, _kw, _F, _recent):
+    def front(_w, _where, _kw, _F, _other):
         # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
         # kernel instance type) of the lookup it holds. Another where goes to the kernel's
-        # entry for that where (_recent: its newest for each recent where), which checks
+        # entry for that where (_other(F, where): its newest there, or None), which checks
         # everything again; anything else is a miss.
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
             if _w is not _WORLD[0] or where is not _where or (kw or _kw) and kw != _kw:
                 if where is not _where:  # the kernel's entry for that where, if it has one
-                    try:
-                        e = _recent.get(where)
-                    except TypeError:  # not a where at all: the miss says what is wrong
-                        e = None
+                    e = _other(_F, where)
                     if e is not None:
                         return e(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)

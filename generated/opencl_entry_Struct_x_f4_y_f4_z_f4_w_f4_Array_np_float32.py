@@ -35,20 +35,17 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             _give(k)
 
 
-    def front(_w, _where, _kw, _F, _recent, _options):
+    def front(_w, _where, _kw, _F, _other, _options):
         # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
         # kernel instance type) of the lookup it holds. Another where goes to the kernel's
-        # entry for that where (_recent: its newest for each recent where), which checks
+        # entry for that where (_other(F, where): its newest there, or None), which checks
         # everything again; anything else is a miss.
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
             if _w is not _WORLD[0] or queue is not _where or kw or options is not _options and options != _options:
                 if queue is not _where:  # the kernel's entry for that where, if it has one
-                    try:
-                        e = _recent.get(queue)
-                    except TypeError:  # not a where at all: the miss says what is wrong
-                        e = None
+                    e = _other(_F, queue)
                     if e is not None:
                         return e(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)

@@ -47,6 +47,7 @@ __all__ = [
     "compile_only",
     "device_code",
     "device_code_source",
+    "forget_context",
 ]
 
 
@@ -317,6 +318,23 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         if deps is not None:
             _store(job, ci, deps)
     return ci, linked
+
+
+def forget_context(context: Hashable) -> list[Any]:
+    """``context`` is gone for good (a back-end's context, or the token it keys one by): drop
+    what was linked for it from every code instance, so its handles (and, through them, the
+    context's device memory) are freed. The code itself stays: another context links it
+    again. Returns what was dropped (a back-end may break its cycles, so that it is freed
+    now rather than by a later collection).
+
+    Safe from a finalizer or the garbage collector in any thread: it takes no lock (each
+    ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
+    dropped = []
+    for ci in [ci for entry in list(_cache.values()) for ci in entry] + list(_retained):
+        linked = ci.linked.pop(context, None)
+        if linked is not None:
+            dropped.append(linked)
+    return dropped
 
 
 def compile_only(job: CompilerJob) -> CodeInstance:

@@ -322,17 +322,48 @@ class Launcher:
         if w is not None and _world.WORLD[0] is w:
             kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
             lifted = [kw.pop(k, NOTHING) for k in self.lifted]
-            recent = getattr(F, self._recent_attr, None)
-            if recent is None:
-                recent = {}
-                setattr(F, self._recent_attr, recent)
-            entry = front(w, where, kw, F, recent, *lifted)
-            if len(recent) >= _RECENT and where not in recent:  # forget the oldest
-                recent.pop(next(iter(recent)), None)
-            recent[where] = entry
+            entry = front(w, where, kw, F, self.other, *lifted)
+            table = self.where_table(where)
+            if table is not None:  # kept by the where itself: gone with it
+                table[self._recent_attr, F] = entry
+            else:
+                recent = getattr(F, self._recent_attr, None)
+                if recent is None:
+                    recent = {}
+                    setattr(F, self._recent_attr, recent)
+                if len(recent) >= _RECENT and where not in recent:  # forget the oldest
+                    recent.pop(next(iter(recent)), None)
+                recent[where] = entry
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             setattr(F, self.front_attr, entry if isinstance(F, Kernel) else staticmethod(entry))
+
+    def other(self, F: Any, where: Any) -> Any:
+        """The front entry ``F`` was published for ``where`` (not its newest one), or None:
+        what a front entry calls when a launch comes for another where. The entry found
+        becomes the kernel's newest (so the newest entry is of the where launched on last,
+        and a where the user dropped is not held by it after a launch elsewhere)."""
+        try:
+            table = self.where_table(where)
+            if table is not None:
+                entry = table.get((self._recent_attr, F))
+            else:
+                recent = getattr(F, self._recent_attr, None)
+                entry = None if recent is None else recent.get(where)
+        except TypeError:  # not a where at all (unhashable): the miss says what is wrong
+            return None
+        if entry is not None:
+            setattr(F, self.front_attr, entry if isinstance(F, Kernel) else staticmethod(entry))
+        return entry
+
+    def where_table(self, where: Any) -> dict[Any, Any] | None:
+        """A dict that lives exactly as long as ``where`` (an attribute of it), for what the
+        core keeps per where: front entries and HostKernels, which hold the where. Then
+        nothing the core keeps for a where keeps it alive after the user dropped it (only a
+        kernel's newest entry and newest lookup hold theirs, until the kernel is launched
+        or looked up elsewhere). None (the default): the core keeps them per kernel and per
+        linked kernel instead, the newest few of each (16), which bounds what they hold."""
+        return None
 
     def mismatch(self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have its types
@@ -399,13 +430,17 @@ class Launcher:
         call = self.bound(linked, tt, F)[2]
         hk = None
         if F is f:  # a plain kernel keeps its HostKernel while the lookup's result is the same
-            hosts = linked.bound.setdefault("hosts", {})
-            hk = hosts.get((tt, where))
-            if hk is None or hk.f is not f:
+            table = self.where_table(where)
+            if table is not None:  # kept by the where: one per kernel and types
+                hosts, memo = table, (self._host_attr, f, tt)
+            else:  # kept by the linked kernel: the newest few
+                hosts, memo = linked.bound.setdefault("hosts", {}), (tt, where)
+            hk = hosts.get(memo)
+            if hk is None or hk.f is not f or hk.linked is not linked:
                 hk = self.host_class(call, f, where, tt, linked)
-                if len(hosts) >= _HOSTS:  # forget the oldest (a dict keeps insertion order)
+                if hosts is not table and len(hosts) >= _HOSTS:  # forget the oldest
                     del hosts[next(iter(hosts))]
-                hosts[tt, where] = hk
+                hosts[memo] = hk
         else:
             hk = self.host_class(call, f, where, tt, linked)
         if not kw and w is not None and _world.WORLD[0] is w:

@@ -115,6 +115,22 @@ def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
         fn.__defaults__ = _defaults([(w, key, result), *kept][:ENTRIES])  # one publishing store
 
 
+def forget_key(part: Any) -> None:
+    """``part`` of lookup keys is gone for good (a dropped context's token): drop every cached
+    result whose key is ``part`` or a tuple holding it, so no cell keeps what was looked up
+    for it. Safe from a finalizer in any thread: it takes no lock (a cell is replaced whole;
+    racing a miss's store can only keep an entry no key finds again, or lose one a later
+    miss stores again: a cache, never a wrong result)."""
+
+    def named(k: Any) -> bool:
+        return k is part or (k.__class__ is tuple and any(x is part for x in k))
+
+    for fn in list(_specializations.values()):
+        entries = _entries(fn)
+        if any(named(k) for _, k, _ in entries):
+            fn.__defaults__ = _defaults([e for e in entries if not named(e[1])])
+
+
 _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[..., Any]] = {}
 #: Per call site (``id`` of its code object): a weak reference to the code, whose callback
 #: releases the site's specialized functions (and so their cached results) when the code is

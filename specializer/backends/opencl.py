@@ -52,6 +52,7 @@ from .. import compiler as _compiler
 from .. import launching
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from ..kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup, unsupported_argument
+from ..lookup import forget_key
 from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
 
 __all__ = [
@@ -303,9 +304,9 @@ class LinkedKernel:
 
     __slots__ = (
         "__weakref__",
-        "_context",
         "bound",
         "built",
+        "ck",
         "kernel",
         "name",
         "params",
@@ -319,14 +320,14 @@ class LinkedKernel:
         self,
         name: str,
         tt: tuple[type, ...],
-        context: cl.Context,
+        ck: _ContextKey,
         built: _Built,
         kernel: Any,
         source: str,
     ) -> None:
         self.name = name
         self.tt = tt  # every kernel parameter's concrete type, captured ones first
-        self._context = weakref.ref(context)
+        self.ck = ck  # the context's key: it holds the context weakly
         self.built = built  # shared by the kernels of one program; keeps it in _programs
         self.program = built.program
         self.kernel = kernel
@@ -338,10 +339,17 @@ class LinkedKernel:
     @property
     def context(self) -> cl.Context | None:
         """The context it was built in (``None`` once the user dropped that context)."""
-        return self._context()
+        return self.ck.context()
 
     def _record(self, knl: Any) -> list[Any]:
         return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_UNSET] * len(self.tt))]
+
+    def release(self) -> None:
+        """Its context is gone: drop its launch paths and kernel objects now (they refer to
+        it, so only a later collection would free them otherwise). A launch still running
+        with it takes a new kernel object."""
+        self.bound.clear()
+        self.pool.clear()
 
     def new_record(self) -> list[Any]:
         """A pool record with a new kernel object (for a launch while all are in use)."""
@@ -536,7 +544,9 @@ class OpenCLBackend(Backend):
         return built
 
     def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
-        ctx = context.context() if isinstance(context, _ContextKey) else context
+        if not isinstance(context, _ContextKey):
+            raise TypeError(f"an OpenCL kernel is linked for a context key, got {context!r}")
+        ctx = context.context()
         if ctx is None:
             raise RuntimeError("the context of this lookup was dropped")
         signature = launching.signature(job.name, job.mi.tt)
@@ -556,7 +566,7 @@ class OpenCLBackend(Backend):
                 f"signature {signature} has {len(job.mi.tt)} (captured values count): "
                 "annotate one parameter per kernel parameter"
             )
-        return LinkedKernel(job.name, job.mi.tt, ctx, built, knl, artifact.source)
+        return LinkedKernel(job.name, job.mi.tt, context, built, knl, artifact.source)
 
 
 BACKEND = OpenCLBackend()
@@ -643,52 +653,93 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
 
 
 class _ContextKey:
-    """What lookups key on for one live context: compared by identity, holding the context
-    weakly, so no cache keeps a context the user dropped alive. ``key`` is the lookup key
-    without build options."""
+    """What lookups key on for one context: compared by identity, holding the context only
+    weakly (through the queues it was seen with), so no cache keeps a context the user
+    dropped alive. ``key`` is the lookup key without build options.
 
-    __slots__ = ("__weakref__", "context", "key", "name")
+    Each queue keeps its context's key in its own ``__dict__`` (see :func:`_table`), and the
+    key learns when each queue's context object dies (a queue's ``context`` lives with the
+    queue); when the last one it saw has, the context is forgotten: what was linked for it,
+    and the lookup results keyed by it, are dropped (:func:`_forget`). A later queue of a
+    context still alive gets a new key (and links again)."""
+
+    __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
 
     def __init__(self, context: cl.Context) -> None:
-        self.context = weakref.ref(context)
+        self.ptr = context.int_ptr
         self.name = repr(context)
         self.key = (self, ())
+        self.refs: dict[int, weakref.ref] = {}  # id -> a weak reference to a context object
+
+    def context(self) -> cl.Context | None:
+        """A live object of the context (None once every queue it was seen with is gone)."""
+        for ref in list(self.refs.values()):
+            ctx = ref()
+            if ctx is not None:
+                return ctx
+        return None
+
+    def watch(self, context: cl.Context) -> None:
+        ref = weakref.ref(context)
+        self.refs[id(ref)] = ref
+        weakref.finalize(context, _release, self, id(ref))
 
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
 
 
-# Per context its key, gone with the context (its finalizer also drops what was linked for
-# it). Queues are not weakly referenceable, so none is kept: a lookup miss asks the queue for
-# its context, and only the newest (queue, key) pair is remembered.
-_context_keys: weakref.WeakKeyDictionary[cl.Context, _ContextKey] = weakref.WeakKeyDictionary()
-_last_key: list[Any] = [None, None]
+# Per live context (by its cl_context address: a context that is alive keeps its address)
+# its key. Queues are not weakly referenceable, so the library keeps no table of queues:
+# what it keeps for a queue lives in the queue's own __dict__, and goes with it.
+_context_keys: dict[int, _ContextKey] = {}
 _keys_lock = threading.Lock()
+_TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
+
+
+def _table(queue: cl.CommandQueue) -> dict[Any, Any]:
+    """What the library keeps for ``queue`` (its context's key, front entries, HostKernels),
+    in the queue's own ``__dict__``: it lives exactly as long as the queue."""
+    d = queue.__dict__
+    t = d.get(_TABLE)
+    if t is None:
+        t = d.setdefault(_TABLE, {})
+    return t
 
 
 def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
     """(the queue's context key, no build options)."""
-    last_queue, key = _last_key
-    if last_queue is queue:
-        return key
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    ctx = queue.context
-    with _keys_lock:
-        ck = _context_keys.get(ctx)
-        if ck is None:
-            ck = _context_keys[ctx] = _ContextKey(ctx)
-            weakref.finalize(ctx, _forget, ck)
-        key = ck.key
-        _last_key[:] = (queue, key)
+    t = _table(queue)
+    key = t.get("key")
+    if key is None:
+        ctx = queue.context  # the queue's own context object: it dies with the queue
+        with _keys_lock:
+            ck = _context_keys.get(ctx.int_ptr)
+            if ck is None:
+                ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)
+            ck.watch(ctx)
+            key = t.setdefault("key", ck.key)
     return key
+
+
+def _release(ck: _ContextKey, ref_id: int) -> None:
+    """A queue the context key was seen with is gone; when it was the last, so is the
+    context for this library. Runs from the garbage collector in any thread: no lock (each
+    step is one atomic dict operation; a race can only forget a context still in use,
+    which then links again under a new key)."""
+    ck.refs.pop(ref_id, None)
+    if not ck.refs:
+        if _context_keys.get(ck.ptr) is ck:
+            _context_keys.pop(ck.ptr, None)
+        _forget(ck)
 
 
 def _forget(ck: _ContextKey) -> None:
     """A context is gone: what was built and linked for it goes too."""
-    forget = getattr(_compiler, "forget_context", None)
-    if forget is not None:
-        forget(ck)
+    forget_key(ck)
+    for linked in _compiler.forget_context(ck):
+        linked.release()
 
 
 def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
@@ -730,7 +781,7 @@ def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
     """A queue given to a HostKernel call: it must be in the context the kernel was built in."""
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    if queue.context != linked.context:
+    if _key(queue)[0] is not linked.ck:
         raise ValueError(
             f"kernel {linked.name} was looked up in {linked.context!r}, but the queue is in "
             f"{queue.context!r}: look it up with clfunction(f, tt, queue=queue)"
@@ -816,6 +867,9 @@ class _OpenCLLauncher(launching.Launcher):
 
     def current_where(self, where_opt: Any) -> Any:
         return _DEFAULT[0] if where_opt is None else where_opt
+
+    def where_table(self, where: Any) -> dict[Any, Any] | None:
+        return _table(where) if isinstance(where, cl.CommandQueue) else None
 
     def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
         key = _key(where)
