@@ -49,7 +49,9 @@ each argument, the cached lookup (``cached_lookup``, through
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
@@ -69,15 +71,57 @@ def signature(name: str, tt: Iterable[type]) -> str:
     return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
+_HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
+_WORD = ctypes.sizeof(ctypes.c_void_p)
+
+
+def _vectorcall(cls: type) -> bool:
+    """Give ``cls``, a subclass of ``functools.partial``, the vectorcall path that CPython 3.12
+    and later give it, on 3.10 and 3.11; True if it has it.
+
+    Before 3.12 a class statement does not inherit the flag ``Py_TPFLAGS_HAVE_VECTORCALL``
+    (3.12 made heap types inherit it when they do not override ``__call__``), although each
+    instance holds partial's vectorcall function at the offset the class inherits: calling
+    one falls back to ``tp_call``, which builds an argument tuple and a keyword dict and
+    unpacks them again (about 1,400 instructions, a seventh of a launch). This sets the flag,
+    as 3.12 would, once, when the class is made (before it has an instance), and only after
+    checking that the type object's layout is the one known (the flags word read where
+    ``tp_flags`` lies equals ``cls.__flags__``, and the vectorcall offset equals partial's);
+    a class that defines ``__call__`` itself keeps it. Anywhere else it does nothing.
+    """
+    if cls.__flags__ & _HAVE_VECTORCALL:
+        return True
+    if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
+        return False
+    if any("__call__" in vars(c) for c in cls.__mro__[: cls.__mro__.index(functools.partial)]):
+        return False
+    # PyTypeObject: PyVarObject (3 words), tp_name, tp_basicsize, tp_itemsize, tp_dealloc,
+    # tp_vectorcall_offset (word 7), 13 more slots, then tp_flags (word 21, an unsigned long).
+    flags = ctypes.c_ulong.from_address(id(cls) + 21 * _WORD)
+    offset = ctypes.c_ssize_t.from_address(id(cls) + 7 * _WORD).value
+    base = ctypes.c_ssize_t.from_address(id(functools.partial) + 7 * _WORD).value
+    if flags.value != cls.__flags__ or offset != base or offset <= 0:
+        return False  # not the layout this knows: leave it
+    if not functools.partial.__flags__ & _HAVE_VECTORCALL:
+        return False
+    flags.value |= _HAVE_VECTORCALL
+    return bool(cls.__flags__ & _HAVE_VECTORCALL)
+
+
 class HostKernel(functools.partial):
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
     It is a ``functools.partial`` of its signature's generated call, so calling it costs one
-    Python call (on CPython 3.12 and later a subclass keeps the vectorcall path). ``f`` is the
-    live kernel or kernel instance (whose captured values come first on every call),
-    ``linked`` the lookup's result.
+    Python call through the vectorcall path (on CPython 3.10 and 3.11 too, where a subclass
+    of partial would otherwise lose it: see ``_vectorcall``). ``f`` is the live kernel or
+    kernel instance (whose captured values come first on every call), ``linked`` the
+    lookup's result.
     """
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _vectorcall(cls)
 
     f: Any
     tt: tuple[type, ...]
@@ -103,6 +147,8 @@ class HostKernel(functools.partial):
             "look it up again in the other process"
         )
 
+
+_vectorcall(HostKernel)
 
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
@@ -131,6 +177,13 @@ class Launcher:
     compiler_kwargs: ClassVar[tuple[str, ...]] = ()
     #: the variable the template's ``where`` block sets: the where a front entry compares
     where_name: ClassVar[str] = "where"
+    #: the key, in a where's own ``__dict__``, of the table the core keeps there (front
+    #: entries and HostKernels, which hold the where): then nothing the core keeps for a
+    #: where keeps it alive once the user dropped it, but a kernel's newest entry and newest
+    #: lookup, until it is launched or looked up elsewhere. None (for wheres without a
+    #: ``__dict__``): the core keeps them per kernel and per linked kernel, the newest 16
+    #: of each, which bounds what they hold
+    where_attr: ClassVar[str | None] = None
     #: the attribute of a kernel (or kernel instance type) that holds this back-end's front
     #: entry; its HostKernel memo is ``front_attr + "_host"``
     front_attr: ClassVar[str]
@@ -147,6 +200,7 @@ class Launcher:
         self._host_attr = self.front_attr + "_host"
         self._recent_attr = self.front_attr + "_recent"
         definitions.kernel_slots(self.front_attr, self._host_attr, self._recent_attr)
+        self.other = self._make_other()
         self._used = False  # by this process: a fork of it may not use it (see _check_fork)
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
@@ -323,9 +377,13 @@ class Launcher:
             kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
             lifted = [kw.pop(k, NOTHING) for k in self.lifted]
             entry = front(w, where, kw, F, self.other, *lifted)
+            # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
+            # that reading it through an instance does not bind the instance to it.
+            if not isinstance(F, Kernel):
+                entry = staticmethod(entry)  # callable too
             table = self.where_table(where)
             if table is not None:  # kept by the where itself: gone with it
-                table[self._recent_attr, F] = entry
+                table[F] = entry
             else:
                 recent = getattr(F, self._recent_attr, None)
                 if recent is None:
@@ -334,36 +392,49 @@ class Launcher:
                 if len(recent) >= _RECENT and where not in recent:  # forget the oldest
                     recent.pop(next(iter(recent)), None)
                 recent[where] = entry
-            # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
-            # that reading it through an instance does not bind the instance to it.
-            setattr(F, self.front_attr, entry if isinstance(F, Kernel) else staticmethod(entry))
-
-    def other(self, F: Any, where: Any) -> Any:
-        """The front entry ``F`` was published for ``where`` (not its newest one), or None:
-        what a front entry calls when a launch comes for another where. The entry found
-        becomes the kernel's newest (so the newest entry is of the where launched on last,
-        and a where the user dropped is not held by it after a launch elsewhere)."""
-        try:
-            table = self.where_table(where)
-            if table is not None:
-                entry = table.get((self._recent_attr, F))
-            else:
-                recent = getattr(F, self._recent_attr, None)
-                entry = None if recent is None else recent.get(where)
-        except TypeError:  # not a where at all (unhashable): the miss says what is wrong
-            return None
-        if entry is not None:
-            setattr(F, self.front_attr, entry if isinstance(F, Kernel) else staticmethod(entry))
-        return entry
+            setattr(F, self.front_attr, entry)
 
     def where_table(self, where: Any) -> dict[Any, Any] | None:
-        """A dict that lives exactly as long as ``where`` (an attribute of it), for what the
-        core keeps per where: front entries and HostKernels, which hold the where. Then
-        nothing the core keeps for a where keeps it alive after the user dropped it (only a
-        kernel's newest entry and newest lookup hold theirs, until the kernel is launched
-        or looked up elsewhere). None (the default): the core keeps them per kernel and per
-        linked kernel instead, the newest few of each (16), which bounds what they hold."""
-        return None
+        """The table the core keeps for ``where`` in the where's own ``__dict__`` (under
+        ``where_attr``), made on first use; None when the back-end has no ``where_attr`` or
+        the where has no ``__dict__``."""
+        name = self.where_attr
+        d = None if name is None else getattr(where, "__dict__", None)
+        if d is None:
+            return None
+        table = d.get(name)
+        if table is None:
+            table = d.setdefault(name, {})
+        return table
+
+    def _make_other(self) -> Callable[[Any, Any], Any]:
+        """``other(F, where)``: the front entry ``F`` was published for ``where`` (not its
+        newest), or None; what a front entry calls when a launch comes for another where.
+        The entry found becomes the kernel's newest (so the newest is of the where launched
+        on last, and a where the user dropped is not held by it after a launch elsewhere)."""
+        attr, name, recent_attr = self.front_attr, self.where_attr, self._recent_attr
+
+        if name is not None:
+
+            def other(F: Any, where: Any) -> Any:
+                try:
+                    entry = where.__dict__[name][F]
+                except (AttributeError, KeyError, TypeError):
+                    return None
+                setattr(F, attr, entry)
+                return entry
+
+        else:
+
+            def other(F: Any, where: Any) -> Any:
+                try:
+                    entry = getattr(F, recent_attr)[where]
+                except (AttributeError, KeyError, TypeError):  # TypeError: not a where
+                    return None
+                setattr(F, attr, entry)
+                return entry
+
+        return other
 
     def mismatch(self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have its types

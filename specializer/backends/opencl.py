@@ -845,6 +845,7 @@ class _OpenCLLauncher(launching.Launcher):
     defaults = ("required", "none", "none", "none", "none")
     lifted = compiler_kwargs = COMPILER_KWARGS
     where_name = "queue"
+    where_attr = _TABLE
     front_attr = "_opencl_front"
     V = LinkedKernel
     host_class = HostKernel
@@ -867,9 +868,6 @@ class _OpenCLLauncher(launching.Launcher):
 
     def current_where(self, where_opt: Any) -> Any:
         return _DEFAULT[0] if where_opt is None else where_opt
-
-    def where_table(self, where: Any) -> dict[Any, Any] | None:
-        return _table(where) if isinstance(where, cl.CommandQueue) else None
 
     def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
         key = _key(where)
