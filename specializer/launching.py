@@ -53,6 +53,7 @@ import ctypes
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -503,15 +504,19 @@ class Launcher:
         if F is f:  # a plain kernel keeps its HostKernel while the lookup's result is the same
             table = self.where_table(where)
             if table is not None:  # kept by the where: one per kernel and types
-                hosts, memo = table, (self._host_attr, f, tt)
-            else:  # kept by the linked kernel: the newest few
-                hosts, memo = linked.bound.setdefault("hosts", {}), (tt, where)
-            hk = hosts.get(memo)
-            if hk is None or hk.f is not f or hk.linked is not linked:
-                hk = self.host_class(call, f, where, tt, linked)
-                if hosts is not table and len(hosts) >= _HOSTS:  # forget the oldest
-                    del hosts[next(iter(hosts))]
-                hosts[memo] = hk
+                hk = table.get((self._host_attr, f, tt))
+                if hk is None or hk.linked is not linked or hk.f is not f:
+                    hk = table[self._host_attr, f, tt] = self.host_class(call, f, where, tt, linked)
+            else:  # kept by the linked kernel, weakly (a HostKernel may hold its where): the
+                # newest few, each the same object while the user holds it
+                hosts = linked.bound.setdefault("hosts", {})
+                ref = hosts.get((tt, where))
+                hk = None if ref is None else ref()
+                if hk is None or hk.f is not f:
+                    hk = self.host_class(call, f, where, tt, linked)
+                    if len(hosts) >= _HOSTS:  # forget the oldest
+                        del hosts[next(iter(hosts))]
+                    hosts[tt, where] = weakref.ref(hk)
         else:
             hk = self.host_class(call, f, where, tt, linked)
         if not kw and w is not None and _world.WORLD[0] is w:

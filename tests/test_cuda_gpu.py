@@ -177,6 +177,43 @@ def test_recreating_a_context_misses_and_reloads_without_recompiling():
         second.destroy()
 
 
+def test_a_context_dropped_without_destroy_is_collected_with_what_was_loaded_into_it():
+    tt = (A[np.float32], np.float32, np.int64)
+    ctx = cuda.Context.create(0)
+    with ctx:
+        x = cuda.CuArray.zeros(N, np.float32)
+        run(fill, x, np.float32(1), N)
+        loaded = weakref.ref(cuda.cufunction(fill, tt).linked)
+        np.testing.assert_array_equal(x.get(), np.ones(N, np.float32))
+    dropped = weakref.ref(ctx)
+    del ctx, x
+    # Launch and look up elsewhere, so that the kernel's newest entries are another context's.
+    y = cuda.CuArray.zeros(N, np.float32)
+    run(fill, y, np.float32(2), N)
+    cuda.cufunction(fill, tt)
+    gc.collect()
+    assert dropped() is None  # and, collected, it was destroyed
+    assert loaded() is None
+    np.testing.assert_array_equal(y.get(), np.full(N, 2, np.float32))
+
+
+def test_a_host_kernel_keeps_its_context_alive():
+    tt = (A[np.float32], np.float32, np.int64)
+    ctx = cuda.Context.create(0)
+    with ctx:
+        hk = cuda.cufunction(fill, tt)
+        x = cuda.CuArray.zeros(N, np.float32)
+    held = weakref.ref(ctx)
+    del ctx
+    gc.collect()
+    assert held() is hk.context
+    with hk.context:
+        hk(x, np.float32(3), N, grid=GRID, block=BLOCK)
+        np.testing.assert_array_equal(x.get(), np.full(N, 3, np.float32))
+    del x
+    hk.context.destroy()
+
+
 def test_two_contexts_keep_their_own_functions_and_both_keep_hitting():
     tt = (A[np.int32], np.int32, np.int64)
     contexts = [cuda.Context.create(0), cuda.Context.create(0)]

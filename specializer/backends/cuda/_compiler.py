@@ -65,7 +65,7 @@ import numpy as np
 
 from ...compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from . import _diskcache
-from ._driver import Context, CUDAError, check, driver, pushed
+from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
 
 try:
     from cuda.bindings import nvrtc
@@ -593,14 +593,14 @@ class LinkedKernel:
     each launch). Its module's ``__constant__`` and ``__device__`` variables are reached
     with :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
 
-    __slots__ = ("arch", "bound", "context", "function", "module", "name", "ptx", "tt")
+    __slots__ = ("__weakref__", "arch", "bound", "function", "module", "name", "ptx", "token", "tt")
 
     def __init__(
         self,
         name: str,
         function: Any,
         module: Any,
-        context: Context,
+        token: ContextKey,
         tt: tuple[type, ...],
         arch: str,
         ptx: str = "",
@@ -608,11 +608,23 @@ class LinkedKernel:
         self.name = name
         self.function = function  # a CUfunction (kept as the object: ints cost more per call)
         self.module = module
-        self.context = context
+        self.token = token  # the context's key: it holds the context weakly
         self.tt = tt
         self.arch = arch
         self.ptx = ptx  # for naming the module's variables in errors
         self.bound: dict[Any, Any] = {}  # the launch path per lookup signature (the core's)
+
+    @property
+    def context(self) -> Context:
+        """The context it was loaded into (a :class:`CUDAError` once that is gone)."""
+        ctx = self.token.context()
+        if ctx is None:
+            raise CUDAError(
+                "using a context",
+                driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
+                f"the context kernel {self.name} was loaded into is gone",
+            )
+        return ctx
 
     def get_global(self, name: str) -> tuple[int, int]:
         """(device pointer, size in bytes) of the module's ``__constant__`` or ``__device__``
@@ -692,7 +704,9 @@ class LinkedKernel:
         return out
 
     def __repr__(self) -> str:
-        return f"<LinkedKernel {self.name} ({self.arch}) in {self.context!r}>"
+        ctx = self.token.context()
+        where = "a context that is gone" if ctx is None else repr(ctx)
+        return f"<LinkedKernel {self.name} ({self.arch}) in {where}>"
 
 
 class CUDABackend(Backend):
@@ -715,8 +729,12 @@ class CUDABackend(Backend):
         )
 
     def link(self, job: CompilerJob, artifact: CUDAArtifact, context: Hashable) -> Any:
-        """Load into ``context`` and get the kernel's function handle."""
-        assert isinstance(context, Context)
+        """Load into the context whose key is ``context`` and get the kernel's function."""
+        if not isinstance(context, ContextKey):
+            raise TypeError(f"a CUDA kernel is loaded for a context's key, got {context!r}")
+        token, context = context, context.context()
+        if context is None:
+            raise RuntimeError(f"the context of this lookup is gone ({token!r})")
         image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
         detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"
         with pushed(context):
@@ -735,7 +753,7 @@ class CUDABackend(Backend):
                 detail,
             )
         return LinkedKernel(
-            job.name, function, module, context, job.mi.tt, artifact.arch, artifact.ptx
+            job.name, function, module, token, job.mi.tt, artifact.arch, artifact.ptx
         )
 
 

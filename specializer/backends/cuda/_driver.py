@@ -144,7 +144,7 @@ class _Local(threading.local):
 
     def __init__(self) -> None:
         self.context: Context | None = None
-        self.key: tuple[Context, tuple[()]] | None = None
+        self.key: tuple[ContextKey, tuple[()]] | None = None
         self.stack: list[Context | None] = []
 
 
@@ -171,6 +171,48 @@ def _create_context(dev: Any) -> Any:
         return check(driver.cuCtxCreate(0, dev), "cuCtxCreate")
 
 
+class ContextKey:
+    """What the caches key on for one :class:`Context` (its ``token``): compared by identity,
+    holding the context weakly, so that no cache keeps a context the user dropped alive."""
+
+    __slots__ = ("__weakref__", "name", "ref")
+
+    def __init__(self, ctx: Context) -> None:
+        self.ref = weakref.ref(ctx)
+        self.name = ""
+
+    def context(self) -> Context | None:
+        """The context (None once it was collected)."""
+        return self.ref()
+
+    def __repr__(self) -> str:
+        return f"<context key of {self.name}>"
+
+
+def _forget(token: ContextKey) -> None:
+    """A context is gone (destroyed or collected): what was loaded for it and the lookup
+    results keyed by it are dropped. Takes no lock (see compiler.forget_context)."""
+    from ... import compiler
+    from ...lookup import forget_key
+
+    forget_key(token)
+    for linked in compiler.forget_context(token):
+        linked.bound.clear()
+
+
+def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:
+    """A Context object no one holds any more: a context of its own is destroyed with it
+    (nothing can reach it: arrays, streams and HostKernels of it hold the object), and what
+    was cached for it is dropped. Runs from the garbage collector: errors are not raised."""
+    if alive[0] and not is_primary:
+        alive[0] = False
+        try:
+            driver.cuCtxDestroy(handle)
+        except Exception:
+            pass
+    _forget(token)
+
+
 class Context:
     """A CUDA context on one device; its identity is the cache key for code loaded into it.
 
@@ -181,7 +223,8 @@ class Context:
 
     __slots__ = (
         "__weakref__",
-        "alive",
+        "_alive",
+        "_finalizer",
         "capability",
         "device",
         "handle",
@@ -189,6 +232,7 @@ class Context:
         "key",
         "name",
         "ordinal",
+        "token",
     )
 
     def __init__(self, handle: Any, device: Any, ordinal: int, is_primary: bool) -> None:
@@ -196,10 +240,15 @@ class Context:
         self.device = device  # a CUdevice
         self.ordinal = ordinal
         self.is_primary = is_primary
-        self.alive = True
-        #: (self, ()): the lookup key of a launch in this context without compiler kwargs,
+        self._alive = [True]  # shared with the finalizer
+        #: what caches key on for this context: it holds the context weakly
+        self.token = ContextKey(self)
+        #: (token, ()): the lookup key of a launch in this context without compiler kwargs,
         #: one object for every thread, so a cache entry's key is compared by identity
-        self.key: tuple[Context, tuple[()]] = (self, ())
+        self.key: tuple[ContextKey, tuple[()]] = (self.token, ())
+        self._finalizer = weakref.finalize(
+            self, _collected, self.token, handle, is_primary, self._alive
+        )
         A = driver.CUdevice_attribute
         major = check(
             driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
@@ -212,6 +261,12 @@ class Context:
         self.capability: tuple[int, int] = (major, minor)
         raw = check(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
         self.name = raw.split(b"\0", 1)[0].decode(errors="replace").strip() if raw else "?"
+        self.token.name = repr(self)
+
+    @property
+    def alive(self) -> bool:
+        """False once destroyed."""
+        return self._alive[0]
 
     @classmethod
     def primary(cls, device: int = 0) -> Context:
@@ -239,7 +294,8 @@ class Context:
         with _lock:
             if not self.alive:
                 return
-            self.alive = False
+            self._alive[0] = False
+            self._finalizer.detach()
             if self.is_primary:
                 if _primaries.get(self.ordinal) is self:
                     del _primaries[self.ordinal]
@@ -249,6 +305,7 @@ class Context:
                 check(driver.cuCtxDestroy(self.handle), "cuCtxDestroy")
         if local.context is self:
             local.context = local.key = None
+        _forget(self.token)
 
     def synchronize(self) -> None:
         """Wait for all work queued in this context."""
@@ -300,7 +357,7 @@ def current_context() -> Context:
     return ctx
 
 
-def current_key() -> tuple[Context, tuple[()]]:
+def current_key() -> tuple[ContextKey, tuple[()]]:
     """``(current_context(), ())``, the same object until the thread's context changes."""
     if local.key is None:
         current_context()

@@ -108,6 +108,13 @@ class HostKernel(launching.HostKernel):
     of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel:
     ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``."""
 
+    def __new__(cls, call: Any, f: Any, where: Any, tt: tuple[type, ...], linked: Any) -> Any:
+        self = super().__new__(cls, call, f, where, tt, linked)
+        # The library's caches hold a context weakly; a HostKernel the user holds keeps its
+        # context alive (as its arrays and streams do), so it never launches into a gone one.
+        self._context = linked.context
+        return self
+
     @property
     def function(self) -> Any:
         """The driver's ``CUfunction``."""
@@ -115,7 +122,7 @@ class HostKernel(launching.HostKernel):
 
     @property
     def context(self) -> Context:
-        return self.linked.context
+        return self._context
 
     @property
     def name(self) -> str:
@@ -149,8 +156,8 @@ class _CUDALauncher(launching.Launcher):
     lookup_name = "cufunction"
 
     def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
-        ctx, kw = key
-        return uncached_lookup(F, tt, compiler_config(kw, ctx), ctx)
+        token, kw = key
+        return uncached_lookup(F, tt, compiler_config(kw, token.context()), token)
 
     def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
         return local.key or current_key(), opts
