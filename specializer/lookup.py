@@ -42,7 +42,7 @@ from . import codegen
 from . import world as _world
 from .types import type_name
 
-__all__ = ["ENTRIES", "cached_lookup", "specialize"]
+__all__ = ["ENTRIES", "cached_lookup", "forget_key", "specialize"]
 
 V = TypeVar("V")
 

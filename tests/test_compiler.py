@@ -15,7 +15,7 @@ from specializer import (
     device_code_source,
     latest,
 )
-from specializer.compiler import CompilerJob, compile_and_link
+from specializer.compiler import CompilerJob, compile_and_link, forget_context
 from specializer.kernels import DeviceFunction, Kernel, uncached_lookup
 
 
@@ -398,3 +398,20 @@ def test_backedge_tables_do_not_grow_with_redefinitions():
     # one live code instance: one edge on the kernel's dispatch and one on the callee's
     assert len(grow_k.backedges()) == 1
     assert len(grow_leaf.backedges()) == 1
+
+
+def test_forget_context_drops_what_was_linked_for_it_and_keeps_the_code():
+    @kernel
+    def forget_cc(x: np.number):
+        return "def forget_cc(x): return x"
+
+    mi = forget_cc.methodinstance((np.int64,))
+    ci, handle = compile_and_link(CompilerJob(mi, CONFIG, latest()), "gone")
+    _, other = compile_and_link(CompilerJob(mi, CONFIG, latest()), "kept")
+    n = compile_count()
+    assert forget_context("gone") == [handle]
+    assert "gone" not in ci.linked and ci.linked["kept"] is other
+    assert forget_context("gone") == []
+    ci2, again = compile_and_link(CompilerJob(mi, CONFIG, latest()), "gone")
+    assert ci2 is ci and compile_count() == n  # linked again, not compiled again
+    assert again is not handle

@@ -405,3 +405,23 @@ def test_generated_names_take_a_counter_per_base_name():
     assert [f.__name__ for f in fns] == [base, f"{base}__2", f"{base}__3"]
     assert codegen._counts[base] == 3
     assert "__" not in base  # so no base name is ever another's numbered name
+
+
+def test_forget_key_drops_the_results_kept_for_a_key_part_and_nothing_else():
+    from specializer.lookup import forget_key
+
+    class Token:  # what a back-end keys a context by
+        pass
+
+    call, c = make_site()
+    gone, kept = Token(), Token()
+    r_gone = call((gone, ()))
+    r_plain = call(gone)
+    r_kept = call((kept, ()))
+    assert c.calls == 3
+    alive = weakref.ref(gone)
+    forget_key(gone)
+    del gone, r_gone, r_plain
+    gc.collect()
+    assert alive() is None  # no cell keeps the key (or its results)
+    assert call((kept, ())) is r_kept and c.calls == 3  # another key still hits
