@@ -24,9 +24,11 @@ raises one only between bytecodes where its eval loop checks for pending work: a
 Python function's entry, a backward jump, and just after a call returns; never inside
 a C function. So each operation plans its changes (touching nothing), then makes them
 in one C-level call (:func:`commit`) or in consecutive stores with no call between;
-a pin is removed by a weak reference's C callback; and a with-block of world state (a
-compile hook, a precompile block: :class:`Scope`) ends with the C-level release of its
-own lock (its ``__exit__`` is a C method), so a block that has begun always ends.
+a pin is removed by a weak reference's C callback; ``with lock():`` lets the lock go even
+where CPython 3.13 unwinds a frame past its ``with`` (see :class:`_Locked`); and a
+with-block of world state (a compile hook, a precompile block: :class:`Scope`) ends with the
+C-level release of its own lock (its ``__exit__`` is a C method), so a block that has begun
+always ends.
 """
 
 from __future__ import annotations
@@ -409,6 +411,61 @@ def commit(ops: Iterable[partial[Any]]) -> None:
     _consume(map(_call, ops))
 
 
-def lock() -> threading.RLock:
-    """The lock that serializes definitions (method tables read the world under it)."""
-    return _lock
+class _Locked(io.IOBase):
+    """One with-block of the world lock: what ``with lock():`` enters.
+
+    The block ends (the lock is let go) however it is left, also where the frame holding
+    it unwinds without calling ``__exit__``. That happens on CPython 3.13, which checks for
+    pending signals at a backward jump *before* jumping, so the exception belongs to the
+    ``JUMP_BACKWARD`` itself; the compiler leaves such a jump out of the exception table
+    when it is the jump that a loop's ``if`` (or a comprehension's filter) falls through to,
+    so a ``KeyboardInterrupt`` there skips the enclosing ``with`` and ``finally`` handlers
+    of that frame (3.11 and 3.12 check after jumping, at the loop's head, which is covered).
+    Then the with-statement's reference to this block (its bound ``__exit__``) is dropped
+    as the frame unwinds, the block dies, and its weak reference's callback (C: the next
+    step of a one-shot iterator whose only step releases the lock) lets the lock go. An
+    ended block's iterator is exhausted, so its death does nothing.
+
+    ``__exit__`` is ``io.IOBase.__exit__`` (C), which calls ``self.close``: set per block,
+    as it begins, to that same step. So no Python code runs between the body's end and the
+    release, and none between the acquisition and the with-statement's block being in place
+    except ``__enter__``'s own, which lets the lock go again if it is interrupted.
+    """
+
+    closed = True  # IOBase's finalizer calls close() unless closed: never here
+
+    def __enter__(self) -> None:
+        # The ending: one step that lets the lock go, once, if it was taken (its release is
+        # put in ``steps`` with the acquisition); then nothing.
+        steps: list[partial[Any]] = []
+        ending = map(_call, steps)
+        step = partial(next, ending, None)
+        armed = weakref.ref(self, partial(next, ending))  # its callback: next(ending, ref)
+        try:
+            # One C-level call: the lock taken (an interrupt while it waits: not taken), and
+            # with it its release, the block's ending and its arming.
+            _consume(
+                map(
+                    _call,
+                    (
+                        _ACQUIRE,
+                        partial(steps.append, _RELEASE),
+                        partial(self.__dict__.update, _armed=armed, close=step),
+                    ),
+                )
+            )
+        except BaseException:
+            step()  # an interrupt just after the lock was taken: let it go again
+            raise
+
+    # __exit__ is io.IOBase.__exit__: self.close(), the step set as the block began.
+
+
+_ACQUIRE = partial(_lock.acquire)
+_RELEASE = partial(_lock.release)
+
+
+def lock() -> _Locked:
+    """A with-block of the lock that serializes definitions (method tables read the world
+    under it): ``with lock():``. Each call makes one block; re-entrant in a thread."""
+    return _Locked()

@@ -7,7 +7,8 @@ Python function's entry, a backward jump, and just after a call returns (in 3.10
 callee's too); never inside a C function, and not between other bytecodes. :class:`Injector`
 raises a ``KeyboardInterrupt`` at exactly those points, found with ``sys.settrace`` (function
 entries, opcode events of backward jumps, and on 3.10 returns into a call) and
-``sys.setprofile`` (the return of each C function called from Python). Each test runs an
+``sys.setprofile`` (the return of each C function called from Python), on CPython 3.10 to
+3.13 (see ``_INJECTOR_MODEL`` for how their points differ). Each test runs an
 operation once per such point, n = 0, 1, 2, ..., each time with fresh state and the interrupt
 at the n-th point, until the operation completes with none left; after each run it checks
 every invariant of the world state, and that what follows (a launch, a lookup in a pinned
@@ -84,8 +85,10 @@ class Injector:
         self.seen += 1
 
     def _trace(self, frame, event, arg):
+        # On every event: 3.13 does not start opcode events for a frame whose
+        # f_trace_opcodes was set at its "call" event, only from its next event on.
+        frame.f_trace_opcodes = True
         if event == "call":
-            frame.f_trace_opcodes = True
             # A generator's frame is "called" again when it is closed (a throw into it, which
             # checks for nothing); its loops' backward jumps are points all the same.
             if not frame.f_code.co_flags & _GENERATOR:
@@ -93,7 +96,10 @@ class Injector:
         elif event == "opcode":
             if _backward(frame.f_code, frame.f_lasti):
                 self._land()
-        elif event == "return" and _OLD:
+        elif event == "return" and _OLD and not frame.f_code.co_flags & _GENERATOR:
+            # 3.10 checks in the caller just after a Python callee returns into its call. A
+            # generator returns (or yields) to whatever resumed it (a for loop, C code, its
+            # finalizer), not into a call: the check comes after that, where it is counted.
             caller = frame.f_back
             if (
                 caller is not None
@@ -157,6 +163,7 @@ def _world_invariants() -> None:
     assert world_module.hooks() == []
     assert not generating_output()
     assert WORLD[0] == latest() == current()
+    assert not world_module._lock._is_owned(), "the world lock was left held"
 
 
 def uncached(f, *args, context="ctx"):
@@ -450,15 +457,17 @@ CASES = [
 ]
 
 
-# The injector models where CPython 3.11 checks for pending asynchronous exceptions (a call's
-# return, a backward jump). Other versions check at other points: 3.10 also drops an exception
-# raised into a generator being finalized, and on 3.12 and 3.13 a trace function can raise
-# where no signal handler runs (right after a lock's __enter__, before its with-block is in
-# place), so there the model would test interrupts that cannot happen. The real timer signals
-# below test every version.
+# The injector models where CPython 3.10 to 3.13 check for pending asynchronous exceptions.
+# A backward jump's point is taken at the jump instruction itself: 3.13 checks there, before
+# jumping, and its compiler leaves some such jumps out of the exception table (see
+# world._Locked); 3.11 and 3.12 check as they jump, with the exception at the loop's head, so
+# for them the point is at least as strict. On 3.10 a Python callee's return into a call is a
+# point too (not a generator's: it returns to whatever resumed it). The real timer signals
+# below test every version as it is.
 _INJECTOR_MODEL = pytest.mark.skipif(
-    sys.version_info[:2] != (3, 11),
-    reason="the injector models CPython 3.11's checks for pending asynchronous exceptions",
+    not (3, 10) <= sys.version_info[:2] <= (3, 13),
+    reason="the injector models CPython 3.10 to 3.13's checks for pending asynchronous "
+    "exceptions; another version's points are not modelled",
 )
 
 
@@ -494,8 +503,9 @@ def test_the_injector_lands_only_where_cpython_checks_for_pending_work():
         inj.run(fn, Plain())
         counts.append(inj.seen)
     # the entry, then nothing between the two stores; a C call's return; each backward jump
-    # (and the C calls range() and iter(): the loop's set-up)
-    assert counts[0] == 1 and counts[1] == 2 and counts[2] >= 4
+    # (and the C calls range() and iter(): the loop's set-up); on 3.10 also the return of the
+    # operation itself into the injector's call of it
+    assert counts[0] == 1 + _OLD and counts[1] == 2 + _OLD and counts[2] >= 4
 
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
@@ -546,15 +556,10 @@ def test_real_timer_signals_at_random_points_leave_nothing_behind():
     assert interrupts >= min(200, runs // 4), (interrupts, runs)
     # The world lock must not be left held by an interrupted operation. (Released here if it
     # is, so that no later test waits on it.)
-    lock, held = world_module.lock(), 0
+    lock, held = world_module._lock, 0
     while lock._is_owned():
         lock.release()
         held += 1
-    if held and sys.version_info >= (3, 13):
-        pytest.xfail(
-            "on CPython 3.13 a timer signal at a `with` boundary of the world lock can leave "
-            "it held: a known gap, not yet closed"
-        )
     assert not held, f"an interrupted operation left the world lock held ({held} levels)"
 
 
@@ -590,6 +595,60 @@ def test_an_interrupt_while_waiting_for_the_world_lock_changes_nothing(case):
         t.join(10)
     assert latest() == w  # the interrupt came while it waited: nothing happened
     check(state, True)
+
+
+_LOOP_ITEMS = list(range(300))
+
+
+def _loop_under_the_world_lock() -> int:
+    # A loop whose `if` falls through to the backward jump: on CPython 3.13 that
+    # JUMP_BACKWARD is outside the exception table, and 3.13 checks for pending signals there
+    # (before jumping), so an interrupt at it skips this frame's with-handler.
+    with world_module.lock():
+        x = 0
+        for m in _LOOP_ITEMS:
+            if m == 3:
+                x = m
+    return x
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_a_real_signal_at_a_backward_jump_inside_a_world_lock_block_lets_the_lock_go():
+    """Real timer signals land in the loop of a with-block of the world lock (in the
+    uncovered backward jump, on 3.13, in about a third of them); none leaves it held."""
+    rnd = random.Random(3)
+    armed = [False]
+
+    def handler(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt("timer")
+
+    old = signal.signal(signal.SIGALRM, handler)
+    interrupts = held = 0
+    lock = world_module._lock
+    try:
+        for _ in range(3000):
+            try:
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, 1e-6 + rnd.random() * 3e-5)
+                _loop_under_the_world_lock()
+                _loop_under_the_world_lock()
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            except KeyboardInterrupt:
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                interrupts += 1
+            while lock._is_owned():
+                lock.release()
+                held += 1
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert interrupts >= 500, interrupts
+    assert held == 0, f"{held} of {interrupts} interrupts left the world lock held"
 
 
 def _raise_interrupt(signum, frame):
