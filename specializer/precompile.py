@@ -10,8 +10,11 @@ refused. Turn it on with ``SPECIALIZER_PRECOMPILE_OUTPUT=1``,
 
 from __future__ import annotations
 
+import dis
 import os
+import sys
 from pathlib import Path
+from types import FrameType
 
 from . import world as _world
 
@@ -44,13 +47,30 @@ class precompile_output(_world.Scope):
     def __init__(self, on: bool | None = None) -> None:
         super().__init__("precompile", True if on is None else bool(on))
         self._switched: tuple[bool, int] | None = None
-        if on is not None:
+        # ``with precompile_output(on):`` switches nothing outright: its block counts from
+        # __enter__, so an interrupt between the construction and the block's start leaves
+        # the mode as it was. The plain call (anything but a with statement's own
+        # construction) switches it for good.
+        if on is not None and not _with_statement(sys._getframe(1)):
             self._switched = _world.set_precompile(bool(on))
 
     def _enter_ops(self) -> list:
         # A block made with an argument switched the mode outright when it was made; as it
         # begins, that switch is undone (unless another came since) and the block rules.
         return [] if self._switched is None else _world.restore_precompile_ops(self._switched)
+
+
+_CACHE = dis.opmap.get("CACHE", -1)
+_WITH_STARTS = {dis.opmap[name] for name in ("BEFORE_WITH", "SETUP_WITH") if name in dis.opmap}
+
+
+def _with_statement(frame: FrameType) -> bool:
+    """Whether the call ``frame`` is making is a with statement's construction of its
+    context manager: the next instruction (past the call's inline caches) starts the with."""
+    code, i = frame.f_code.co_code, frame.f_lasti + 2
+    while i < len(code) and code[i] == _CACHE:
+        i += 2
+    return i < len(code) and code[i] in _WITH_STARTS
 
 
 def refuse_write(path: str | os.PathLike[str]) -> None:

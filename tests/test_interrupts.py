@@ -428,6 +428,22 @@ def precompile_blocks():
     return setup, op, check
 
 
+def precompile_block_with_argument():
+    """``with precompile_output(True):``: the mode is on inside and as it was after, and an
+    interrupt anywhere (also between the construction and the block's start) leaves it off."""
+
+    def op(seen: list) -> None:
+        with precompile_output(True):
+            seen.append(generating_output())
+        seen.append(generating_output())
+
+    def check(seen: list, interrupted: bool) -> None:
+        assert seen == [True, False][: len(seen)]
+        _world_invariants()
+
+    return list, op, check
+
+
 def outright_switch():
     """``precompile_output(True)``."""
 
@@ -453,6 +469,7 @@ CASES = [
     compile_hook_block,
     device_code_source_block,
     precompile_blocks,
+    precompile_block_with_argument,
     outright_switch,
 ]
 
