@@ -382,10 +382,26 @@ class device_code_source(_world.Scope):
         return [self._check]
 
     def _check(self) -> None:
-        # Runs as the block ends, after the hook has ended. (io.IOBase.__exit__ passes no
-        # exception to close(); the one the block ends with is the one being handled.)
-        if not self.sources and sys.exc_info()[0] is None:
+        # Runs as the block ends, after the hook has ended. io.IOBase.__exit__ passes no
+        # exception to close(), and sys.exc_info() may be one handled outside the block, so
+        # how the block ended is read from the with statement that ends it: its frame is
+        # the caller (C frames have none) and it is at WITH_EXCEPT_START when the block
+        # raised, at a plain call of __exit__ when it did not.
+        if not self.sources and not _ended_with_error(sys._getframe(1)):
             raise RuntimeError(
                 "device_code_source(): no kernel was looked up inside the block; "
                 "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
             )
+
+
+def _ended_with_error(frame: Any) -> bool:
+    """Whether the with-block that ``frame`` is ending ended with an exception of its own."""
+    op = _OPNAMES[frame.f_code.co_code[frame.f_lasti]] if frame.f_lasti >= 0 else ""
+    if op == "WITH_EXCEPT_START":
+        return True
+    if op in ("CALL", "CALL_FUNCTION"):  # a with statement's normal end: __exit__(None, ...)
+        return False
+    return sys.exc_info()[0] is not None  # ended some other way (an ExitStack): its best guess
+
+
+_OPNAMES = __import__("dis").opname

@@ -204,3 +204,20 @@ def _define_in_child() -> bool:
     gf = GenericFunction("defined_in_fork")
     gf.add_method(lambda x: 0, signature=(np.number,))
     return gf.methodinstance((np.float32,)).method.fn(0) == 0
+
+
+def test_device_code_source_decides_from_how_its_own_block_ended():
+    """Inside an ``except`` handler (an exception handled outside the block), a block that
+    looked up nothing still raises its error; one that raises (a bare re-raise too) keeps
+    its own exception."""
+    from specializer import device_code_source
+
+    try:
+        raise ValueError("handled outside the block")
+    except ValueError:
+        with pytest.raises(RuntimeError, match="no kernel was looked up"), device_code_source():
+            pass
+        with pytest.raises(ValueError, match="handled outside"), device_code_source():
+            raise
+    with pytest.raises(KeyError), device_code_source():
+        raise KeyError("own")
