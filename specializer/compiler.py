@@ -301,12 +301,12 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     hook or method body may itself look kernels up. A slow build therefore holds up other
     threads' misses, never their ``cached_lookup`` hits, which take no lock."""
     with _cache_lock:
+        # (No loop in this frame: CPython 3.13 checks for a pending KeyboardInterrupt at
+        # some backward jumps that no exception handler covers, which would skip this
+        # with's exit and leave the lock held; inside a called function it cannot.)
         deps = None
-        w = job.world
-        for ci in _cache.get((job.mi, job.config._key), ()):  # _find(job), inline: hot
-            if ci.min_world <= w <= ci.max_world:
-                break
-        else:
+        ci = _find(job)
+        if ci is None:
             ci, deps = _compile(job)
         if _world._scopes:  # a block of some kind was entered (and maybe still is)
             for hook in _world.hooks():

@@ -104,14 +104,19 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
     return result
 
 
+def _others(fn: FunctionType, w: Any, key: Any) -> list[tuple[Any, Any, Any]]:
+    return [
+        (ew, ek, er) for ew, ek, er in _entries(fn) if not (ew == w and (ek is key or ek == key))
+    ]
+
+
 def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
     fn = spec.fn
     with spec.lock:  # publishers only; a hit never takes it
-        kept = [
-            (ew, ek, er)
-            for ew, ek, er in _entries(fn)
-            if not (ew == w and (ek is key or ek == key))
-        ]
+        # (The entries are filtered in a call: CPython 3.13 checks for a pending interrupt
+        # at a comprehension's filter jump, which no handler covers, so in this frame it
+        # would skip the with's exit and leave the lock held.)
+        kept = _others(fn, w, key)
         fn.__defaults__ = _defaults([(w, key, result), *kept][:ENTRIES])  # one publishing store
 
 
