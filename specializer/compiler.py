@@ -305,7 +305,11 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         # some backward jumps that no exception handler covers, which would skip this
         # with's exit and leave the lock held; inside a called function it cannot.)
         deps = None
-        ci = _find(job)
+        w = job.world
+        entry = _cache.get((job.mi, job.config._key))  # _key(), inline: this is hot
+        ci = entry[0] if entry and entry[0].min_world <= w <= entry[0].max_world else None
+        if ci is None:  # not the newest code: an older one kept for a pinned world, or none
+            ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
         if _world._scopes:  # a block of some kind was entered (and maybe still is)
