@@ -24,6 +24,7 @@ and finding code scans that, never the history.
 
 from __future__ import annotations
 
+import dis
 import os
 import sys
 import threading
@@ -408,4 +409,4 @@ def _ended_with_error(frame: Any) -> bool:
     return sys.exc_info()[0] is not None  # ended some other way (an ExitStack): its best guess
 
 
-_OPNAMES = __import__("dis").opname
+_OPNAMES = dis.opname

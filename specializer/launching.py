@@ -60,11 +60,13 @@ from typing import Any, ClassVar
 import numpy as np
 
 from . import codegen
+from . import compiler as _compiler
 from . import world as _world
 from .kernels import Definitions, Kernel, KernelInstance, LookupSite
+from .lookup import forget_key
 from .types import WEAK, type_name
 
-__all__ = ["NOTHING", "HostKernel", "Launcher", "signature"]
+__all__ = ["NOTHING", "HostKernel", "Launcher", "forget", "signature"]
 
 
 def signature(name: str, tt: Iterable[type]) -> str:
@@ -531,6 +533,21 @@ class Launcher:
         """:meth:`resolve_where` as cheaply as it can be known, or anything that is no where
         (``None``) when it cannot be without work: the lookup's fast path compares it."""
         raise NotImplementedError
+
+
+def forget(part: Any) -> list[Any]:
+    """A context (or the token a back-end keys one by, ``part`` of its lookup keys) is gone
+    for good: drop what was linked for it from the compiled-code cache
+    (:func:`specializer.compiler.forget_context`) and the results keyed by it from every
+    lookup site (:func:`specializer.lookup.forget_key`), and clear each dropped linked
+    kernel's launch paths (``bound``, which refer to it), so that it is freed now rather than
+    by a later collection. Returns the dropped linked kernels. Safe from a finalizer: it
+    takes no lock."""
+    forget_key(part)
+    dropped = _compiler.forget_context(part)
+    for linked in dropped:
+        linked.bound.clear()
+    return dropped
 
 
 def _name(F: Any) -> str:

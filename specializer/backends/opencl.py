@@ -48,11 +48,9 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
-from .. import compiler as _compiler
 from .. import launching
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from ..kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup, unsupported_argument
-from ..lookup import forget_key
 from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
 
 __all__ = [
@@ -343,13 +341,6 @@ class LinkedKernel:
 
     def _record(self, knl: Any) -> list[Any]:
         return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_UNSET] * len(self.tt))]
-
-    def release(self) -> None:
-        """Its context is gone: drop its launch paths and kernel objects now (they refer to
-        it, so only a later collection would free them otherwise). A launch still running
-        with it takes a new kernel object."""
-        self.bound.clear()
-        self.pool.clear()
 
     def new_record(self) -> list[Any]:
         """A pool record with a new kernel object (for a launch while all are in use)."""
@@ -696,21 +687,11 @@ _keys_lock = threading.Lock()
 _TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
 
 
-def _table(queue: cl.CommandQueue) -> dict[Any, Any]:
-    """What the library keeps for ``queue`` (its context's key, front entries, HostKernels),
-    in the queue's own ``__dict__``: it lives exactly as long as the queue."""
-    d = queue.__dict__
-    t = d.get(_TABLE)
-    if t is None:
-        t = d.setdefault(_TABLE, {})
-    return t
-
-
 def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
     """(the queue's context key, no build options)."""
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    t = _table(queue)
+    t = _launcher.where_table(queue)  # in the queue's own __dict__: it goes with the queue
     key = t.get("key")
     if key is None:
         ctx = queue.context  # the queue's own context object: it dies with the queue
@@ -736,10 +717,10 @@ def _release(ck: _ContextKey, ref_id: int) -> None:
 
 
 def _forget(ck: _ContextKey) -> None:
-    """A context is gone: what was built and linked for it goes too."""
-    forget_key(ck)
-    for linked in _compiler.forget_context(ck):
-        linked.release()
+    """A context is gone: what was built and linked for it goes too, with the kernel
+    objects of each linked kernel's pool (they refer to it)."""
+    for linked in launching.forget(ck):
+        linked.pool.clear()  # a launch still running with it takes a new kernel object
 
 
 def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:

@@ -191,13 +191,10 @@ class ContextKey:
 
 def _forget(token: ContextKey) -> None:
     """A context is gone (destroyed or collected): what was loaded for it and the lookup
-    results keyed by it are dropped. Takes no lock (see compiler.forget_context)."""
-    from ... import compiler
-    from ...lookup import forget_key
+    results keyed by it are dropped. Takes no lock (see launching.forget)."""
+    from ... import launching
 
-    forget_key(token)
-    for linked in compiler.forget_context(token):
-        linked.bound.clear()
+    launching.forget(token)
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:
