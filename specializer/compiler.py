@@ -384,19 +384,22 @@ class device_code_source(_world.Scope):
         return self.sources
 
     def _exit_ops(self) -> list[Callable[[], Any]]:
-        return [self._check]
+        # The sources, not the block: its ending must not refer to the block itself, so
+        # that a block whose with statement was unwound dies at once (see world._scopes).
+        return [partial(_check_sources, self.sources)]
 
-    def _check(self) -> None:
-        # Runs as the block ends, after the hook has ended. io.IOBase.__exit__ passes no
-        # exception to close(), and sys.exc_info() may be one handled outside the block, so
-        # how the block ended is read from the with statement that ends it: its frame is
-        # the caller (C frames have none) and it is at WITH_EXCEPT_START when the block
-        # raised, at a plain call of __exit__ when it did not.
-        if not self.sources and not _ended_with_error(sys._getframe(1)):
-            raise RuntimeError(
-                "device_code_source(): no kernel was looked up inside the block; "
-                "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
-            )
+
+def _check_sources(sources: list[str]) -> None:
+    # Runs as a device_code_source block ends, after the hook has ended. io.IOBase.__exit__
+    # passes no exception to close(), and sys.exc_info() may be one handled outside the
+    # block, so how the block ended is read from the with statement that ends it: its frame
+    # is the caller (C frames have none) and it is at WITH_EXCEPT_START when the block
+    # raised, at a plain call of __exit__ when it did not.
+    if not sources and not _ended_with_error(sys._getframe(1)):
+        raise RuntimeError(
+            "device_code_source(): no kernel was looked up inside the block; "
+            "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
+        )
 
 
 def _ended_with_error(frame: Any) -> bool:

@@ -90,9 +90,12 @@ _pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None
 #: finish was either never entered here or is removed by the same callback.
 _pins: dict[int, tuple[int, weakref.ref[_Pin]]] = {}
 
-#: The with-blocks of world state that have been entered, in order of entry: active while
-#: their lock is held (see Scope); the ones that ended are pruned under ``_lock``.
-_scopes: dict[int, Scope] = {}
+#: The with-blocks of world state that have been entered, in order of entry, each by a weak
+#: reference: active while their lock is held (see Scope); the ones that ended are pruned
+#: under ``_lock``. A block whose with statement was unwound without ending it (CPython 3.13
+#: can skip a with's exit: see _Locked) dies with it, and its reference's callback
+#: (``_scopes.pop`` of its key: C) drops it, so it does not stay active for good.
+_scopes: dict[int, weakref.ref[Scope]] = {}
 _scope_serial = itertools.count()
 
 
@@ -211,13 +214,18 @@ def _active(*kinds: str) -> list[Scope]:
     """The active scopes of these kinds, in order of entry."""
     if not _scopes:
         return []
-    return [s for s in _scopes.copy().values() if s.kind in kinds and s._held.locked()]
+    return [
+        s
+        for ref in _scopes.copy().values()
+        if (s := ref()) is not None and s.kind in kinds and s._held.locked()
+    ]
 
 
 def _prune() -> None:
     """Forget the scopes that ended. Call with ``_lock`` held."""
-    for key, s in list(_scopes.items()):
-        if not s._held.locked():
+    for key, ref in list(_scopes.items()):
+        s = ref()
+        if s is None or not s._held.locked():
             _scopes.pop(key, None)
 
 
@@ -296,9 +304,11 @@ class Scope(io.IOBase):
                 if held.locked():
                     raise RuntimeError(f"{self!r} is active already: each with-block needs its own")
                 _prune()
+                serial = next(_scope_serial)
+                ref = weakref.ref(self, partial(_scopes.pop, serial))  # pop(serial, ref)
                 ops = [
                     partial(held.acquire),
-                    partial(_scopes.__setitem__, next(_scope_serial), self),
+                    partial(_scopes.__setitem__, serial, ref),
                     partial(WORLD.__setitem__, 0, None),
                     partial(setattr, self, "close", partial(_consume, ending)),
                     *self._enter_ops(),
