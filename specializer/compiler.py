@@ -24,9 +24,7 @@ and finding code scans that, never the history.
 
 from __future__ import annotations
 
-import dis
 import os
-import sys
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -34,7 +32,7 @@ from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
-from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, register_backedges
+from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, backedge_plan
 
 __all__ = [
     "Artifact",
@@ -179,9 +177,16 @@ _cache: dict[tuple[MethodInstance, int], tuple[CodeInstance, ...]] = {}
 #: Closed code instances kept because a live pin's world may still use them (see _sweep).
 _retained: dict[CodeInstance, None] = {}
 _cache_lock = threading.RLock()
-if hasattr(os, "register_at_fork"):  # a thread of the parent may have held it (it would never end)
-    os.register_at_fork(after_in_child=_cache_lock._at_fork_reinit)
-    os.register_at_fork(after_in_child=_config_lock._at_fork_reinit)
+
+
+def _fresh_locks() -> None:
+    # In a forked child: a thread of the parent may have held them, and it is not there.
+    global _cache_lock, _config_lock
+    _cache_lock, _config_lock = threading.RLock(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_locks)
 _compiles = 0
 
 
@@ -219,6 +224,7 @@ def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, .
 def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction, tuple, Method]]]:
     global _compiles
     with _world.lock():
+        _world.settle()
         deps = _dependencies(job)
     artifact = job.config.backend.compile(job)  # raises: nothing is stored
     _compiles += 1
@@ -238,22 +244,26 @@ def _store(
     edges and the cache entry in one commit, so no interrupt leaves code in the cache that no
     definition could end."""
     with _world.lock():
-        key = _key(job.mi, job.config)
-        entry = (ci, *_cache.get(key, ()))
-        # A definition made since the job's world ran before these edges existed: if any
-        # dispatch changed since, trust this code in its own world only (and register
-        # nothing: no later definition can end a range that is already closed).
-        latest = _world.latest()
-        if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
-            _world.commit(
-                [
-                    partial(setattr, ci, "max_world", job.world),
-                    partial(_retained.__setitem__, ci, None),  # released once no pin needs it
-                    partial(_cache.__setitem__, key, entry),
-                ]
-            )
-        else:
-            register_backedges(ci, deps, [partial(_cache.__setitem__, key, entry)])
+        _world.settle()
+        _world.commit(_store_plan(job, ci, deps))
+
+
+def _store_plan(
+    job: CompilerJob, ci: CodeInstance, deps: list[tuple[GenericFunction, tuple, Method]]
+) -> list[Callable[[], object]]:
+    key = _key(job.mi, job.config)
+    entry = (ci, *_cache.get(key, ()))
+    # A definition made since the job's world ran before these edges existed: if any
+    # dispatch changed since, trust this code in its own world only (and register
+    # nothing: no later definition can end a range that is already closed).
+    latest = _world.latest()
+    if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
+        return [
+            partial(setattr, ci, "max_world", job.world),
+            partial(_retained.__setitem__, ci, None),  # released once no pin needs it
+            partial(_cache.__setitem__, key, entry),
+        ]
+    return backedge_plan(ci, deps, [partial(_cache.__setitem__, key, entry)])
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:
@@ -284,9 +294,7 @@ def _sweep(ended: list[Any]) -> None:
         ops.append(partial(_retained.pop, ci, None))
     for key, kept in entries.items():
         ops.append(partial(_cache.__setitem__, key, kept) if kept else partial(_cache.pop, key))
-    dropped = [_cache.get(key) for key in entries]  # freed after the commit, not inside it
     _world.commit(ops)
-    del dropped
 
 
 _on_invalidate.append(_sweep)
@@ -301,21 +309,13 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     links and hooks run one at a time, so back-ends and hooks need not be thread-safe, and a
     hook or method body may itself look kernels up. A slow build therefore holds up other
     threads' misses, never their ``cached_lookup`` hits, which take no lock."""
-    with _cache_lock:
-        # (No loop in this frame: CPython 3.13 checks for a pending KeyboardInterrupt at
-        # some backward jumps that no exception handler covers, which would skip this
-        # with's exit and leave the lock held; inside a called function it cannot.)
+    with _cache_lock:  # straight-line (its loops are in called functions): see world
         deps = None
-        w = job.world
-        entry = _cache.get((job.mi, job.config._key))  # _key(), inline: this is hot
-        ci = entry[0] if entry and entry[0].min_world <= w <= entry[0].max_world else None
-        if ci is None:  # not the newest code: an older one kept for a pinned world, or none
-            ci = _find(job)
+        ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
-        if _world._scopes:  # a block of some kind was entered (and maybe still is)
-            for hook in _world.hooks():
-                hook(job, ci.artifact)
+        if _world.STATE.blocks:  # a block of some kind is active
+            _run_hooks(job, ci)
         linked = ci.linked.get(context)
         if linked is None:
             linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
@@ -350,66 +350,54 @@ def compile_only(job: CompilerJob) -> CodeInstance:
         if ci is None:
             ci, deps = _compile(job)
             _store(job, ci, deps)
-        for hook in _world.hooks():
-            hook(job, ci.artifact)
+        _run_hooks(job, ci)
     return ci
 
 
-class device_code(_world.Scope):
+def _run_hooks(job: CompilerJob, ci: CodeInstance) -> None:
+    for hook in _world.hooks():
+        hook(job, ci.artifact)
+
+
+class device_code(_world.Block):
     """``with device_code(callback):`` calls ``callback(job, artifact)`` for every kernel
     looked up inside the block, also ones compiled before it. While any hook is active,
     cached lookups neither hit nor store.
 
-    Blocks nest and overlap across threads (each is counted while it lasts), and a block
-    ends whatever interrupts it (see :class:`specializer.world.Scope`).
+    Blocks nest and overlap across threads (each counts while it lasts).
     """
+
+    kind = "hook"
 
     def __init__(self, callback: Callable[[CompilerJob, Artifact], Any]) -> None:
         if not callable(callback):
             raise TypeError(f"device_code takes a callback(job, artifact), got {callback!r}")
-        super().__init__("hook", callback)
+        super().__init__(callback)
+
+    def __enter__(self) -> None:
+        self._begin(held=False)  # held by the with statement: see specializer.world
 
 
-class device_code_source(_world.Scope):
+class device_code_source(_world.Block):
     """``with device_code_source() as sources:`` collects the device source of each kernel
     looked up inside the block; a block that looked up no kernel raises a clear error when
     it ends (unless it ends with an error of its own)."""
 
+    kind = "hook"
+
     def __init__(self) -> None:
         sources: list[str] = []
         self.sources = sources
-        super().__init__("hook", lambda job, artifact: sources.append(artifact.source))
+        super().__init__(lambda job, artifact: sources.append(artifact.source))
 
-    def _entered(self) -> list[str]:
+    def __enter__(self) -> list[str]:
+        self._begin(held=False)
         return self.sources
 
-    def _exit_ops(self) -> list[Callable[[], Any]]:
-        # The sources, not the block: its ending must not refer to the block itself, so
-        # that a block whose with statement was unwound dies at once (see world._scopes).
-        return [partial(_check_sources, self.sources)]
-
-
-def _check_sources(sources: list[str]) -> None:
-    # Runs as a device_code_source block ends, after the hook has ended. io.IOBase.__exit__
-    # passes no exception to close(), and sys.exc_info() may be one handled outside the
-    # block, so how the block ended is read from the with statement that ends it: its frame
-    # is the caller (C frames have none) and it is at WITH_EXCEPT_START when the block
-    # raised, at a plain call of __exit__ when it did not.
-    if not sources and not _ended_with_error(sys._getframe(1)):
-        raise RuntimeError(
-            "device_code_source(): no kernel was looked up inside the block; "
-            "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
-        )
-
-
-def _ended_with_error(frame: Any) -> bool:
-    """Whether the with-block that ``frame`` is ending ended with an exception of its own."""
-    op = _OPNAMES[frame.f_code.co_code[frame.f_lasti]] if frame.f_lasti >= 0 else ""
-    if op == "WITH_EXCEPT_START":
-        return True
-    if op in ("CALL", "CALL_FUNCTION"):  # a with statement's normal end: __exit__(None, ...)
-        return False
-    return sys.exc_info()[0] is not None  # ended some other way (an ExitStack): its best guess
-
-
-_OPNAMES = dis.opname
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._end()
+        if exc_type is None and not self.sources:
+            raise RuntimeError(
+                "device_code_source(): no kernel was looked up inside the block; "
+                "launch a kernel (or call its lookup) inside `with device_code_source() as s:`"
+            )

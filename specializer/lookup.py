@@ -55,12 +55,11 @@ _EMPTY = object()  # the world of an empty entry: never the same object as a wor
 class _Spec:
     """The state a specialized function's miss path needs (never touched by a hit)."""
 
-    __slots__ = ("V", "fn", "lock", "what")
+    __slots__ = ("V", "fn", "what")
 
     def __init__(self, V: type, what: str) -> None:
         self.V = V
         self.what = what
-        self.lock = threading.Lock()
         self.fn: FunctionType | None = None
 
 
@@ -93,7 +92,7 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
     try:
         result = _world.invoke_in_world(w, lookup)
     finally:
-        _world.refresh()  # the pin just ended: let the hot path back in
+        _world.refresh()  # the pin ended with the call: let the hot path back in
     if not isinstance(result, spec.V):
         raise TypeError(
             f"the lookup for {spec.what} returned {type(result).__name__}, "
@@ -112,10 +111,7 @@ def _others(fn: FunctionType, w: Any, key: Any) -> list[tuple[Any, Any, Any]]:
 
 def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
     fn = spec.fn
-    with spec.lock:  # publishers only; a hit never takes it
-        # (The entries are filtered in a call: CPython 3.13 checks for a pending interrupt
-        # at a comprehension's filter jump, which no handler covers, so in this frame it
-        # would skip the with's exit and leave the lock held.)
+    with _lock:  # publishers only; a hit never takes it (straight-line: see world)
         kept = _others(fn, w, key)
         fn.__defaults__ = _defaults([(w, key, result), *kept][:ENTRIES])  # one publishing store
 
@@ -142,9 +138,18 @@ _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[.
 #: gone, and the keys of those functions in ``_specializations``. Keyed by ``id``, which stays
 #: unique: the callback runs before the code's memory can be reused.
 _sites: dict[int, tuple[Any, list[tuple[int, Any, tuple[type, ...], type, type]]]] = {}
-_create_lock = threading.Lock()
-if hasattr(os, "register_at_fork"):  # a thread of the parent may have held it (it would never end)
-    os.register_at_fork(after_in_child=_create_lock._at_fork_reinit)
+#: Serializes the creation of specialized functions and the stores into their cells.
+_lock = threading.RLock()
+
+
+def _fresh_lock() -> None:
+    # In a forked child: a thread of the parent may have held it, and it is not there.
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def _release_site(site_id: int, _ref: object = None) -> None:
@@ -199,7 +204,7 @@ def specialize(
         raise TypeError(f"K is the key's type, got {K!r}")
     if not isinstance(tt, tuple) or not all(isinstance(t, type) for t in tt):
         raise TypeError(f"tt is a tuple of argument types, got {tt!r}")
-    with _create_lock:
+    with _lock:  # straight-line (generate is a call)
         fn = _specializations.get(ident)
         if fn is not None:
             return fn

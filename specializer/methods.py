@@ -247,15 +247,23 @@ _on_invalidate: list[Callable[[list[Any]], None]] = []
 
 
 def register_backedges(
-    edge: Backedge,
-    deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]],
-    also: Iterable[Any] = (),
+    edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
 ) -> None:
     """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``, all at once: a definition
     that makes ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s
-    validity (sets its ``max_world``) and removes it from every place it is registered.
-    ``also``: more changes (for world.commit) made in the same commit. Call with the world
-    lock held."""
+    validity (sets its ``max_world``) and removes it from every place it is registered."""
+    with _world.lock():
+        _world.settle()
+        _world.commit(backedge_plan(edge, deps))
+
+
+def backedge_plan(
+    edge: Backedge,
+    deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]],
+    also: Iterable[Any] = (),
+) -> list[Any]:
+    """The steps (for world.commit) that register ``edge`` as :func:`register_backedges`
+    does, then ``also``. Call with the world lock held."""
     sites = _edge_sites.get(edge, ())
     ops = []
     new_tables: dict[tuple[int, tuple[type, ...]], dict[Any, Method]] = {}
@@ -270,7 +278,7 @@ def register_backedges(
         sites = (*sites, (gf, tt))
     ops.append(partial(_edge_sites.__setitem__, edge, sites))
     ops.extend(also)
-    _world.commit(ops)
+    return ops
 
 
 def _close_edges(edges: Iterable[Any], max_world: int, ops: list[Any]) -> None:
@@ -283,6 +291,11 @@ def _close_edges(edges: Iterable[Any], max_world: int, ops: list[Any]) -> None:
             if table is not None:
                 ops.append(partial(table.pop, edge, None))
         ops.append(partial(_edge_sites.pop, edge, None))
+
+
+def _invalidated(ended: list[Any]) -> None:
+    for listener in _on_invalidate:
+        listener(ended)
 
 
 class GenericFunction:
@@ -302,7 +315,9 @@ class GenericFunction:
             raise TypeError(f"a generic function's name is a non-empty str, got {name!r}")
         self.name = name
         #: every method ever defined here, in order (an older world dispatches through them)
-        self._history: list[Method] = []
+        #: (a dict used as an ordered set: adding a method is an idempotent store, as a
+        #: planned step must be: see world.commit)
+        self._history: dict[Method, None] = {}
         #: (the methods visible in every world from ``since`` on, ``since``): replaced whole
         self._live: tuple[tuple[Method, ...], int] = ((), 0)
         #: tt -> cached dispatches, newest (highest min_world) first: replaced whole
@@ -348,39 +363,46 @@ class GenericFunction:
                     f"callees of {self.name} must be device functions (generic functions), "
                     f"got {c!r}"
                 )
-        with _world.lock():
-            # Plan every change into ``ops`` (nothing is touched), then make them all in one
-            # C-level call (world.commit): a reader, another thread, or an interrupt sees the
-            # table and the world either wholly before this definition or wholly after.
-            new_world = _world.latest() + 1
-            method = Method(self, fn, sig, callees, new_world)
-            live, _ = self._live
-            replaced = [m for m in live if m.signature == sig]
-            new_live = (*(m for m in live if m.signature != sig), method)
-            ops: list[Any] = [partial(setattr, m, "max_world", new_world - 1) for m in replaced]
-            ended: list[Any] = []
-            # Only signatures the new method takes can dispatch differently now (a replaced
-            # method has the new one's signature).
-            for tt, entries in self._cache.items():
-                e = entries[0]
-                if (
-                    e.max_world >= _world.WORLD_MAX
-                    and method.applies_weak(tt)
-                    and self._select_or_none(tt, new_live) is not e.mi.method
-                ):
-                    ops.append(partial(setattr, e, "max_world", new_world - 1))
-            for tt, table in self._edges.items():
-                if table and method.applies_weak(tt):
-                    now = self._select_or_none(tt, new_live)
-                    ended.extend(edge for edge, m in table.items() if m is not now)
-            _close_edges(ended, new_world - 1, ops)
-            ops.append(partial(self._history.append, method))
-            ops.append(partial(setattr, self, "_live", (new_live, new_world)))
-            ops.extend(_world.advance_ops(new_world))
+        with _world.lock():  # straight-line: the loops are in _define
+            _world.settle()
+            method, ops, ended = self._define(fn, sig, callees)
             _world.commit(ops)
-            for listener in _on_invalidate:
-                listener(ended)
+            _invalidated(ended)
         return method
+
+    def _define(
+        self, fn: Callable[..., Any], sig: tuple[type, ...], callees: tuple[GenericFunction, ...]
+    ) -> tuple[Method, list[Any], list[Any]]:
+        """Plan a definition (touching nothing): the new method, the steps that make it (for
+        world.commit, the new world's counter last) and the edges it ends. A reader, another
+        thread, or an interrupt sees the table and the world either wholly before this
+        definition or wholly after. Call with the world lock held."""
+        new_world = _world.latest() + 1
+        method = Method(self, fn, sig, callees, new_world)
+        live, _ = self._live
+        replaced = [m for m in live if m.signature == sig]
+        new_live = (*(m for m in live if m.signature != sig), method)
+        ops: list[Any] = [partial(setattr, m, "max_world", new_world - 1) for m in replaced]
+        ended: list[Any] = []
+        # Only signatures the new method takes can dispatch differently now (a replaced
+        # method has the new one's signature).
+        for tt, entries in self._cache.items():
+            e = entries[0]
+            if (
+                e.max_world >= _world.WORLD_MAX
+                and method.applies_weak(tt)
+                and self._select_or_none(tt, new_live) is not e.mi.method
+            ):
+                ops.append(partial(setattr, e, "max_world", new_world - 1))
+        for tt, table in self._edges.items():
+            if table and method.applies_weak(tt):
+                now = self._select_or_none(tt, new_live)
+                ended.extend(edge for edge, m in table.items() if m is not now)
+        _close_edges(ended, new_world - 1, ops)
+        ops.append(partial(self._history.__setitem__, method, None))
+        ops.append(partial(setattr, self, "_live", (new_live, new_world)))
+        ops.extend(_world.advance_ops(new_world))
+        return method, ops, ended
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -485,17 +507,21 @@ class GenericFunction:
         _check_tt(self.name, tt)
         # Under the world lock, so no definition runs between reading the table and storing
         # the range computed from it (which that definition would then fail to end).
-        with _world.lock():
-            entries = self._cache.get(tt, ())
-            for e in entries:
-                if e.min_world <= w <= e.max_world:
-                    return e.mi
-            m = self._dispatch(tt, w)
-            mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
-            if w <= _world.latest():
-                lo, hi = self._range(tt, w)
-                kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
-                self._cache[tt] = tuple(kept[:DISPATCH_DEPTH])
+        with _world.lock():  # straight-line: the loops are in _dispatch_and_cache
+            _world.settle()
+            return self._dispatch_and_cache(tt, w)
+
+    def _dispatch_and_cache(self, tt: tuple[type, ...], w: int) -> MethodInstance:
+        entries = self._cache.get(tt, ())
+        for e in entries:
+            if e.min_world <= w <= e.max_world:
+                return e.mi
+        m = self._dispatch(tt, w)
+        mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+        if w <= _world.latest():
+            lo, hi = self._range(tt, w)
+            kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
+            self._cache[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
         return mi
 
     # -- backedges -----------------------------------------------------------------------
@@ -504,8 +530,7 @@ class GenericFunction:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
         world ``w`` changes the dispatch of ``tt`` away from ``method`` (a replacement, a
         more specific method, an ambiguity). See :func:`register_backedges`."""
-        with _world.lock():
-            register_backedges(edge, [(self, tt, method)])
+        register_backedges(edge, [(self, tt, method)])
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges: (tt, expected method, edge)."""

@@ -8,46 +8,70 @@ a fixed world. Here:
   pinned by ``invoke_in_world``. Pins live in a ``contextvars.ContextVar``, so an
   asyncio task inherits its creator's pin and a new thread starts unpinned.
 
-The hot path (every cached lookup, so every launch) reads the world with one
-load, ``WORLD[0]`` (a one-item list: in CPython a subscript of a list is cheaper
-than an attribute load, and it is bound once as a default). It holds the latest
-world while nothing in the process needs the slow path, and ``None`` (a value no
-cache entry holds) while any task is pinned, any compile hook is active,
-precompile-output mode is on, or the process is a fork. Folding those checks into
-the one read keeps a hit to a load and a couple of comparisons; the slow path then
-reads the real task world. Whatever ends one of them (a pin dying, a block ending)
-takes no lock, so ``WORLD[0]`` comes back on the next slow path (:func:`refresh`).
+The hot path (every cached lookup, so every launch) reads the world with one load,
+``WORLD[0]`` (a one-item list, bound once as a default: a subscript is cheaper than an
+attribute load). It holds the latest world while nothing in the process needs the slow
+path, and ``None`` (a value no cache entry holds) while any task is pinned, a compile hook
+is active or precompile-output mode is on. Folding those checks into the one read keeps a
+hit to a load and a couple of comparisons; the slow path reads the task's own world.
 
-Interrupts. A ``KeyboardInterrupt`` (or any asynchronous exception) leaves every piece
-of world state as if the interrupted operation happened whole or not at all. CPython
-raises one only between bytecodes where its eval loop checks for pending work: a
-Python function's entry, a backward jump, and just after a call returns; never inside
-a C function. So each operation plans its changes (touching nothing), then makes them
-in one C-level call (:func:`commit`) or in consecutive stores with no call between;
-a pin is removed by a weak reference's C callback; ``with lock():`` lets the lock go even
-where CPython 3.13 unwinds a frame past its ``with`` (see :class:`_Locked`); and a
-with-block of world state (a compile hook, a precompile block: :class:`Scope`) ends with the
-C-level release of its own lock (its ``__exit__`` is a C method), so a block that has begun
-always ends.
+How the state changes (the design, in three rules):
+
+1. **Published, not patched.** The process-wide state is one immutable snapshot,
+   :data:`STATE` (the counter, the active with-blocks, the precompile switch, whether this
+   process is a fork). A change computes a new snapshot aside and publishes it with one
+   store, under :func:`lock` (an ordinary re-entrant lock) in straight-line code.
+2. **A change to several objects is a plan.** A definition changes more than the snapshot
+   (a method table, validity ranges, backedges): it plans every store first, touching
+   nothing, then :func:`commit` publishes the plan with one store (``_pending``) and applies
+   it; every step is an idempotent store. Whoever takes the lock next finishes a pending
+   plan before anything else (:func:`settle`). So an interrupt anywhere leaves the change
+   not begun (the plan was not published) or whole (it is, or will be, applied by the next
+   holder of the lock). The counter is the plan's last step and readers that take no lock
+   read the world first, so until it rises they see the world before the change: its other
+   steps only add what that world cannot see (a method from the new world on) or close a
+   range at that world.
+3. **The hot cell is cleared before, and set after.** ``WORLD[0]`` is set to None before
+   any change and recomputed from the snapshot after it; None is always safe (the slow path
+   re-reads the state, and :func:`refresh` sets the cell again). An interrupt between the
+   two only costs a slow path.
+
+Pins. ``invoke_in_world`` runs its function in a copy of the caller's context in which the
+pin is set, so the pin lives exactly as long as that context (and the contexts copied from
+it: an asyncio task created inside keeps it); nothing else refers to it, so neither an
+interrupt nor a traceback can keep it alive. A live pin keeps the hot path off; a pin that
+dies is dropped by its weak reference's callback (``dict.pop``) and the next slow path lets
+the hot path back in.
+
+With-blocks (a compile hook, a precompile switch: :class:`Block`) are ordinary context
+managers whose ``__exit__`` receives the exception. A compile hook is held by the snapshot
+weakly, so a block that no with statement holds any more stops counting even if its
+``__exit__`` never ran: CPython 3.13 can unwind a frame past a with statement without calling
+its exit when an interrupt lands at a loop's backward jump (CPython gh-130279). A precompile
+switch is held until it ends (a switch made by a plain call never ends: it is the switch for
+good), so such an interrupt inside ``with precompile_output():`` on 3.13 leaves the mode on:
+slower (lookups store nothing), never wrong. The library's own critical sections contain no
+loop, so none of its locks can be left held that way.
+
+Fork. ``os.register_at_fork`` gives the child fresh locks, finishes a plan that a thread of
+the parent was applying, and raises the counter in the child, so that nothing cached in the
+parent (a lookup's result, a front entry) is reused before a back-end has checked that its
+devices may be used there (:func:`check_fork`).
 """
 
 from __future__ import annotations
 
-import _thread
-import io
-import itertools
+import contextvars
 import os
 import threading
 import weakref
-from collections import deque
 from collections.abc import Callable, Iterable
-from contextvars import ContextVar
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
     "WORLD_MAX",
-    "Scope",
+    "Block",
     "bump",
     "check_fork",
     "current",
@@ -64,80 +88,113 @@ R = TypeVar("R")
 WORLD_MAX: int = 2**62
 
 
-class _State:
-    """The process-wide world state read on the hot path."""
+class _State(NamedTuple):
+    """The process-wide world state: replaced whole, never changed."""
 
-    __slots__ = ("forked", "latest", "precompile", "precompile_version")
+    #: the global counter
+    latest: int
+    #: the with-blocks that have begun and not ended, in order: each a callable returning
+    #: the block (a weak reference for compile hooks), or None once it is gone
+    blocks: tuple[Callable[[], Block | None], ...]
+    #: precompile-output mode where no precompile switch is active (the environment variable)
+    precompile: bool
+    #: this process is a fork of one that had imported specializer
+    forked: bool
 
-    def __init__(self) -> None:
-        self.latest = 1  # the global counter
-        #: precompile-output mode as last switched outright (the environment variable,
-        #: ``precompile_output(True/False)``); an active precompile block overrides it
-        self.precompile = False
-        self.precompile_version = 0  # raised by each outright switch
-        self.forked = False  # this process is a fork (see check_fork)
 
-
-STATE = _State()
+STATE = _State(latest=1, blocks=(), precompile=False, forked=False)
 #: The hot world: ``[latest]``, or ``[None]`` while the slow path is needed.
 WORLD: list[int | None] = [STATE.latest]
 _lock = threading.RLock()
-_pin: ContextVar[_Pin | None] = ContextVar("specializer_world_pin", default=None)
+_pin: contextvars.ContextVar[_Pin | None] = contextvars.ContextVar(
+    "specializer_world_pin", default=None
+)
+#: A published plan not yet wholly applied (see commit), or None.
+_pending: tuple[Callable[[], object], ...] | None = None
 
 #: The live pins: ``id(pin) -> (its world, a weak reference to it)``. The reference's
-#: callback (``_pins.pop`` of that key: C, so nothing can interrupt it) removes the entry when
-#: the pin dies, however it dies: no count to get wrong, and a pin whose ``__init__`` did not
-#: finish was either never entered here or is removed by the same callback.
+#: callback (``_pins.pop`` of that key) removes the entry when the pin dies, however it dies.
 _pins: dict[int, tuple[int, weakref.ref[_Pin]]] = {}
 
-#: The with-blocks of world state that have been entered, in order of entry, each by a weak
-#: reference: active while their lock is held (see Scope); the ones that ended are pruned
-#: under ``_lock``. A block whose with statement was unwound without ending it (CPython 3.13
-#: can skip a with's exit: see _Locked) dies with it, and its reference's callback
-#: (``_scopes.pop`` of its key: C) drops it, so it does not stay active for good.
-_scopes: dict[int, weakref.ref[Scope]] = {}
-_scope_serial = itertools.count()
+
+def lock() -> threading.RLock:
+    """The lock that serializes changes of world state: ``with lock():``. Re-entrant. A
+    writer calls :func:`settle` first thing inside it."""
+    return _lock
 
 
-def _hot(latest: int) -> int | None:
-    """What ``WORLD[0]`` must hold now: ``latest``, or None while the slow path is needed."""
-    if _pins or STATE.forked or STATE.precompile or _active("hook", "precompile"):
+def settle() -> None:
+    """Finish a plan whose application was interrupted (see :func:`commit`). Call with
+    :func:`lock` held, before reading state to change it."""
+    plan = _pending
+    if plan is not None:
+        _apply(plan)
+
+
+def _apply(plan: tuple[Callable[[], object], ...]) -> None:
+    global _pending
+    for step in plan:
+        step()
+    _pending = None
+    WORLD[0] = _hot(STATE)
+
+
+def commit(steps: Iterable[Callable[[], object]]) -> None:
+    """Make a planned change: ``steps`` are idempotent stores (``setattr``, a dict's
+    ``__setitem__`` or ``pop(key, None)``, :func:`advance_ops`), the world counter's last.
+    The plan is published with one store, then applied; an interrupt during the application
+    leaves it to the next :func:`settle`. Call with :func:`lock` held, after ``settle()``."""
+    global _pending
+    plan = tuple(steps)
+    WORLD[0] = None  # cleared before the change: readers take the slow path meanwhile
+    _pending = plan  # the one store: from here the change happens whole
+    _apply(plan)
+
+
+def _publish(state: _State) -> None:
+    """Publish a new snapshot. Call with :func:`lock` held, after ``settle()``."""
+    global STATE
+    WORLD[0] = None
+    STATE = state
+    WORLD[0] = _hot(state)
+
+
+def _active(state: _State) -> list[Block]:
+    return [b for ref in state.blocks if (b := ref()) is not None]
+
+
+def _hot(state: _State) -> int | None:
+    """What ``WORLD[0]`` must hold in ``state``: its counter, or None while the slow path is
+    needed (a pin, an active compile hook, precompile-output mode)."""
+    if _pins or _precompiling(state) or any(b.kind == "hook" for b in _active(state)):
         return None
-    return latest
-
-
-def _refresh() -> None:
-    """Recompute the hot value from the state. Call with ``_lock`` held."""
-    WORLD[0] = _hot(STATE.latest)
+    return state.latest
 
 
 def refresh() -> None:
-    """Let the hot path back in if nothing needs the slow path any more. (A pin dies, and a
-    block ends, without taking the lock or running Python code, so the slow path does this.)"""
-    if WORLD[0] is None and not _pins and not STATE.forked:
+    """Let the hot path back in if nothing needs the slow path any more (a pin dies and a
+    hook's with statement may be dropped without taking the lock, so the slow path does
+    this)."""
+    if WORLD[0] is None and not _pins:
         with _lock:
-            _prune()
-            _refresh()
+            settle()
+            WORLD[0] = _hot(STATE)
+
+
+# -- the counter and pins ------------------------------------------------------------------
 
 
 class _Pin:
-    """A task's pinned world.
-
-    Live while a context holds it rather than while ``invoke_in_world`` runs: a context
-    copied inside the call (an asyncio task created there) keeps the pin, and the hot path
-    must stay off until the last such context is gone.
-    """
+    """A task's pinned world: live while a context holds it (see the module docstring)."""
 
     __slots__ = ("__weakref__", "world")
 
     def __init__(self, world: int) -> None:
         self.world = world
-        key = id(self)
-        entry = (world, weakref.ref(self, partial(_pins.pop, key)))
-        with _lock:
-            # Two stores, no call between them: nothing can interrupt one without the other.
-            _pins[key] = entry
-            WORLD[0] = None
+        entry = (world, weakref.ref(self, partial(_pins.pop, id(self))))
+        with _lock:  # not between a refresh's reading of _pins and its store
+            _pins[id(self)] = entry
+            WORLD[0] = None  # before the pin is set in a context (an interrupt here: it dies)
 
 
 def pinned_worlds() -> frozenset[int]:
@@ -165,15 +222,28 @@ def current() -> int:
     return STATE.latest if pin is None else pin.world
 
 
+def advance_ops(new: int) -> list[Callable[[], object]]:
+    """The step that publishes world ``new`` (the last step of a plan: see :func:`commit`)."""
+    return [partial(_set_latest, new)]
+
+
+def _set_latest(new: int) -> None:
+    global STATE
+    STATE = STATE._replace(latest=new)
+
+
 def bump() -> int:
     """Raise the world counter for a change the library cannot see; returns the new world."""
     with _lock:
-        return advance()
+        settle()
+        new = STATE.latest + 1
+        commit(advance_ops(new))
+    return new
 
 
 def _check_world(world: object) -> int:
     if isinstance(world, bool) or not isinstance(world, int):
-        raise TypeError(f"a world is an int, got {type(world).__name__}: {world!r}")
+        raise TypeError(f"world: a world is an int, got {type(world).__name__}: {world!r}")
     if world < 1:
         raise ValueError(f"world {world} does not exist: worlds start at 1")
     if world > STATE.latest:
@@ -185,174 +255,116 @@ def _check_world(world: object) -> int:
 
 
 def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
-    """Run ``fn(*args, **kwargs)`` pinned to ``world`` (an existing, possibly older, world)."""
-    previous = _pin.get()
-    pin = _Pin(_check_world(world))
-    try:
-        _pin.set(pin)  # inside the try: an interrupt just after it still restores below
-        return fn(*args, **kwargs)
-    finally:
-        _pin.set(previous)  # the first call of the finally: no interrupt can come before it
+    """Run ``fn(*args, **kwargs)`` pinned to ``world`` (an existing, possibly older, world).
+
+    ``fn`` runs in a copy of the calling context in which the pin is set (so context
+    variables it sets stay in that copy); the pin ends with the call."""
+    # The context is never bound to a name here: a traceback through this frame keeps its
+    # locals, and they must not keep the pin alive.
+    return contextvars.copy_context().run(_pinned, _check_world(world), fn, args, kwargs)
+
+
+def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    _pin.set(_Pin(world))  # held by this context only (the token is dropped with it)
+    return fn(*args, **kwargs)
 
 
 def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     """Run ``fn(*args, **kwargs)`` unpinned, in the latest world, even from a pinned task."""
-    previous = _pin.get()
-    if previous is None:
+    if _pin.get() is None:
         return fn(*args, **kwargs)
-    try:
-        _pin.set(None)
-        return fn(*args, **kwargs)
-    finally:
-        _pin.set(previous)
+    return contextvars.copy_context().run(_unpinned, fn, args, kwargs)
 
 
-# -- with-blocks of world state: compile hooks and precompile blocks ---------------------
+def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+    _pin.set(None)
+    return fn(*args, **kwargs)
 
 
-def _active(*kinds: str) -> list[Scope]:
-    """The active scopes of these kinds, in order of entry."""
-    if not _scopes:
-        return []
-    return [
-        s
-        for ref in _scopes.copy().values()
-        if (s := ref()) is not None and s.kind in kinds and s._held.locked()
-    ]
+# -- with-blocks of world state: compile hooks and precompile switches ---------------------
 
 
-def _prune() -> None:
-    """Forget the scopes that ended. Call with ``_lock`` held."""
-    for key, ref in list(_scopes.items()):
-        s = ref()
-        if s is None or not s._held.locked():
-            _scopes.pop(key, None)
+class Block:
+    """A with-block of process-wide world state: a compile hook (``kind == "hook"``, whose
+    ``value`` is the callback) or a precompile switch (``"precompile"``, whose ``value`` is
+    the mode it sets). Active from :meth:`_begin` to :meth:`_end`; blocks in several threads
+    each count, nested or overlapping in any order. One object is one block."""
 
+    kind: str = "block"
 
-def hooks() -> list[Any]:
-    """The values (callbacks) of the active compile-hook blocks, in order of entry."""
-    if not _scopes:
-        return []
-    return [s.value for s in _active("hook")]
-
-
-def precompiling() -> bool:
-    """Whether precompile-output mode is on: the value of the precompile block entered last
-    of those still active, else the mode as last switched outright."""
-    blocks = _active("precompile")
-    return bool(blocks[-1].value) if blocks else STATE.precompile
-
-
-def bypassing() -> bool:
-    """Whether cached lookups must neither hit nor store: a compile hook is active,
-    precompile-output mode is on, or this process is a fork (whose lookups must reach the
-    back-end, which refuses them: see check_fork)."""
-    if not _scopes:
-        return STATE.forked or STATE.precompile
-    return STATE.forked or bool(_active("hook")) or precompiling()
-
-
-class Scope(io.IOBase):
-    """A with-block of process-wide world state: active from its entry to its end, across
-    threads and nested in any order (``with`` blocks of it in several threads each count).
-
-    ``kind`` says what it is ("hook": a compile hook whose ``value`` is the callback;
-    "precompile": a precompile block whose ``value`` is the mode inside it). One object is
-    one block: enter it once.
-
-    A block that has begun ends, whatever interrupts it. Its state is a lock of its own,
-    held while the block is active. ``__enter__`` makes the block active in one C-level
-    commit and, if interrupted just after, ends it again before raising. ``__exit__`` must
-    run no Python code before the block has ended (an interrupt can land at the entry of
-    any Python function): it is ``io.IOBase.__exit__``, a C method that calls
-    ``self.close()``, and ``close`` is set per block, as it begins, to a C-level chain that
-    releases the lock, then runs the block's Python ending (:meth:`_exit_ops`). That is
-    why a scope is an ``io.IOBase``; nothing else of it is used (``closed`` stays true, so
-    its finalizer never calls ``close``).
-    """
-
-    closed = True  # IOBase's finalizer calls close() unless closed: never here
-
-    def __init__(self, kind: str, value: Any) -> None:
-        self.kind = kind
+    def __init__(self, value: Any) -> None:
         self.value = value
-        self._held = _thread.allocate_lock()
+        self._begun = False
 
     def active(self) -> bool:
         """Whether the block has begun and not ended."""
-        return self._held.locked()
+        return any(b is self for b in _active(STATE))
 
-    def _enter_ops(self) -> list[partial[Any]]:
-        """More changes to commit with the entry (planned with ``_lock`` held)."""
-        return []
+    def _begin(self, *, held: bool) -> None:
+        """Make the block active. ``held``: the state holds it until it ends (else weakly,
+        so that it ends when nothing holds it)."""
+        ref: Callable[[], Block | None] = (lambda: self) if held else weakref.ref(self)
+        with _lock:
+            settle()
+            if self._begun:
+                raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
+            self._begun = True
+            _publish(_with_block(STATE, ref))
 
-    def _exit_ops(self) -> list[Callable[[], Any]]:
-        """What runs as the block ends, after it has ended (may raise)."""
-        return []
+    def _end(self) -> None:
+        """End the block (nothing if it is not active)."""
+        with _lock:
+            settle()
+            _publish(_without_block(STATE, self))
 
-    def _entered(self) -> Any:
-        """What ``with ... as x`` binds."""
-        return None
-
-    def __enter__(self) -> Any:
-        held = self._held
-        result = self._entered()
-        ending = map(_call, [partial(held.release), *map(partial, self._exit_ops())])
-        done: list[bool] = []
-        try:
-            with _lock:
-                if held.locked():
-                    raise RuntimeError(f"{self!r} is active already: each with-block needs its own")
-                _prune()
-                serial = next(_scope_serial)
-                ref = weakref.ref(self, partial(_scopes.pop, serial))  # pop(serial, ref)
-                ops = [
-                    partial(held.acquire),
-                    partial(_scopes.__setitem__, serial, ref),
-                    partial(WORLD.__setitem__, 0, None),
-                    partial(setattr, self, "close", partial(_consume, ending)),
-                    *self._enter_ops(),
-                    partial(done.append, True),
-                ]
-                changes = map(_call, ops)
-                _consume(changes)  # the block is active from here, all at once
-        except BaseException:
-            if done:  # an interrupt after the commit (ending the with _lock): end it again
-                held.release()
-            raise
-        return result  # no call between the commit's end and the with statement's block
-
-    # __exit__ is io.IOBase.__exit__: self.close(), the chain set as the block began.
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self._end()
 
     def __repr__(self) -> str:
         state = "active" if self.active() else "inactive"
         return f"<{type(self).__name__} {self.kind} {state}>"
 
 
-def set_precompile(on: bool) -> tuple[bool, int]:
-    """Switch precompile-output mode outright (the environment variable,
-    ``precompile_output(True/False)``). Returns what :func:`restore_precompile_ops` needs."""
+def _with_block(state: _State, ref: Callable[[], Block | None]) -> _State:
+    live = tuple(r for r in state.blocks if r() is not None)  # the dead ones pruned
+    return state._replace(blocks=(*live, ref))
+
+
+def _without_block(state: _State, block: Block) -> _State:
+    return state._replace(blocks=tuple(r for r in state.blocks if r() not in (block, None)))
+
+
+def hooks() -> list[Any]:
+    """The callbacks of the active compile hooks, in order of entry."""
+    return [b.value for b in _active(STATE) if b.kind == "hook"]
+
+
+def _precompiling(state: _State) -> bool:
+    switches = [b for b in _active(state) if b.kind == "precompile"]
+    return bool(switches[-1].value) if switches else state.precompile
+
+
+def precompiling() -> bool:
+    """Whether precompile-output mode is on: the mode of the newest active precompile
+    switch, else that of the environment variable."""
+    return _precompiling(STATE)
+
+
+def bypassing() -> bool:
+    """Whether cached lookups must neither hit nor store: a compile hook is active or
+    precompile-output mode is on."""
+    state = STATE
+    if not state.blocks:
+        return state.precompile
+    return _precompiling(state) or any(b.kind == "hook" for b in _active(state))
+
+
+def set_base_precompile(on: bool) -> None:
+    """Set the mode that holds where no precompile switch is active (the environment
+    variable's)."""
     with _lock:
-        s = STATE
-        previous, version = s.precompile, s.precompile_version + 1
-        commit(
-            [
-                partial(setattr, s, "precompile", bool(on)),
-                partial(setattr, s, "precompile_version", version),
-                partial(WORLD.__setitem__, 0, None),
-            ]
-        )
-        _refresh()
-    return previous, version
-
-
-def restore_precompile_ops(switched: tuple[bool, int]) -> list[partial[Any]]:
-    """The changes that undo the outright switch ``switched`` (from :func:`set_precompile`)
-    if nothing switched the mode since. Call with ``_lock`` held."""
-    previous, version = switched
-    if STATE.precompile_version != version:
-        return []
-    return [partial(setattr, STATE, "precompile", previous)]
+        settle()
+        _publish(STATE._replace(precompile=bool(on)))
 
 
 # -- fork -------------------------------------------------------------------------------
@@ -366,13 +378,13 @@ def forked() -> bool:
 
 def check_fork(what: str) -> None:
     """Raise ``RuntimeError`` if this process is a fork; ``what`` names what cannot be used in
-    it, e.g. ``"specializer's OpenCL back-end"``. A back-end calls this on a lookup miss
-    (every cached lookup misses in a fork: ``WORLD[0]`` is None there), before it touches a
-    context, a queue or a stream: device contexts do not survive fork, and a launch in the
-    child would hang."""
+    it, e.g. ``"specializer's OpenCL back-end"``. A back-end that used a device before the
+    fork calls this on a lookup miss (every cached lookup misses once in a fork: its world
+    rose), before it touches a context, a queue or a stream: device contexts do not survive
+    fork, and a launch in the child would hang."""
     if STATE.forked:
         raise RuntimeError(
-            f"this process was forked after {what} was loaded; device contexts and queues do "
+            f"this process was forked after {what} was used; device contexts and queues do "
             "not survive fork, so a launch here would hang: start worker processes with "
             "multiprocessing's 'spawn' start method (multiprocessing.get_context('spawn'), or "
             "ProcessPoolExecutor(mp_context=multiprocessing.get_context('spawn')))"
@@ -380,102 +392,13 @@ def check_fork(what: str) -> None:
 
 
 def _after_fork_in_child() -> None:
-    # Another thread of the parent may have held the lock: in the child it would never end.
-    _lock._at_fork_reinit()
-    STATE.forked = True
-    WORLD[0] = None  # every cached lookup takes the slow path, where the back-end checks
+    global _lock, STATE
+    _lock = threading.RLock()  # a thread of the parent may have held it: it is not here
+    settle()  # finish a plan that thread was applying
+    WORLD[0] = None
+    STATE = STATE._replace(latest=STATE.latest + 1, forked=True)
+    WORLD[0] = _hot(STATE)
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def advance() -> int:
-    """Raise the counter for a definition; returns the new world. Call with ``lock()`` held."""
-    new = STATE.latest + 1
-    commit(advance_ops(new))
-    return new
-
-
-def advance_ops(new: int) -> list[partial[Any]]:
-    """The changes that publish world ``new`` (for :func:`commit`). Call with ``lock()`` held."""
-    return [partial(setattr, STATE, "latest", new), partial(WORLD.__setitem__, 0, _hot(new))]
-
-
-_consume = deque(maxlen=0).extend
-_call = partial.__call__
-
-
-def commit(ops: Iterable[partial[Any]]) -> None:
-    """Make every change in ``ops`` (each a ``functools.partial`` of a C function: ``setattr``
-    on a plain attribute, a dict's or a list's own methods) in one C-level call.
-
-    CPython runs a signal handler (so raises ``KeyboardInterrupt``), switches threads, and
-    delivers any other asynchronous exception only between bytecodes, at a function's
-    entry, a backward jump, or a call's return; never inside a C function. So a commit is
-    made whole or not at all, and no other thread sees it half made. An operation plans its
-    changes into a list first (touching nothing), then commits them: an interrupt anywhere
-    in it leaves the state as if it had not begun, or as if it had finished. The partials
-    must not reach Python code: no ``__setattr__``, ``__hash__`` or ``__eq__`` of a Python class.
-    """
-    _consume(map(_call, ops))
-
-
-class _Locked(io.IOBase):
-    """One with-block of the world lock: what ``with lock():`` enters.
-
-    The block ends (the lock is let go) however it is left, also where the frame holding
-    it unwinds without calling ``__exit__``. That happens on CPython 3.13, which checks for
-    pending signals at a backward jump *before* jumping, so the exception belongs to the
-    ``JUMP_BACKWARD`` itself; the compiler leaves such a jump out of the exception table
-    when it is the jump that a loop's ``if`` (or a comprehension's filter) falls through to,
-    so a ``KeyboardInterrupt`` there skips the enclosing ``with`` and ``finally`` handlers
-    of that frame (3.11 and 3.12 check after jumping, at the loop's head, which is covered).
-    Then the with-statement's reference to this block (its bound ``__exit__``) is dropped
-    as the frame unwinds, the block dies, and its weak reference's callback (C: the next
-    step of a one-shot iterator whose only step releases the lock) lets the lock go. An
-    ended block's iterator is exhausted, so its death does nothing.
-
-    ``__exit__`` is ``io.IOBase.__exit__`` (C), which calls ``self.close``: set per block,
-    as it begins, to that same step. So no Python code runs between the body's end and the
-    release, and none between the acquisition and the with-statement's block being in place
-    except ``__enter__``'s own, which lets the lock go again if it is interrupted.
-    """
-
-    closed = True  # IOBase's finalizer calls close() unless closed: never here
-
-    def __enter__(self) -> None:
-        # The ending: one step that lets the lock go, once, if it was taken (its release is
-        # put in ``steps`` with the acquisition); then nothing.
-        steps: list[partial[Any]] = []
-        ending = map(_call, steps)
-        step = partial(next, ending, None)
-        armed = weakref.ref(self, partial(next, ending))  # its callback: next(ending, ref)
-        try:
-            # One C-level call: the lock taken (an interrupt while it waits: not taken), and
-            # with it its release, the block's ending and its arming.
-            _consume(
-                map(
-                    _call,
-                    (
-                        _ACQUIRE,
-                        partial(steps.append, _RELEASE),
-                        partial(self.__dict__.update, _armed=armed, close=step),
-                    ),
-                )
-            )
-        except BaseException:
-            step()  # an interrupt just after the lock was taken: let it go again
-            raise
-
-    # __exit__ is io.IOBase.__exit__: self.close(), the step set as the block began.
-
-
-_ACQUIRE = partial(_lock.acquire)
-_RELEASE = partial(_lock.release)
-
-
-def lock() -> _Locked:
-    """A with-block of the lock that serializes definitions (method tables read the world
-    under it): ``with lock():``. Each call makes one block; re-entrant in a thread."""
-    return _Locked()

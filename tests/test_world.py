@@ -136,7 +136,9 @@ def _in_fork(body) -> dict:
 
 
 @pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
-def test_a_forked_child_knows_it_and_every_cached_lookup_takes_the_slow_path():
+def test_a_forked_child_misses_once_then_its_cached_lookups_hit():
+    """A fork raises its own world, so nothing the parent cached is reused before a
+    back-end's miss has checked the fork; after that one miss, the child's lookups hit."""
     from specializer import cached_lookup, world
 
     F = GenericFunction("forked_site")
@@ -147,12 +149,11 @@ def test_a_forked_child_knows_it_and_every_cached_lookup_takes_the_slow_path():
 
     site()
     assert site() == (latest(),) and len(calls) == 1 and not world.forked()
+    parent_world = latest()
 
     def child():
         before = len(calls)
-        site()
-        world.refresh()  # the slow path's refresh leaves it off in a fork
-        site()
+        results = [site() for _ in range(5)]
         try:
             world.check_fork("specializer's OpenCL back-end")
             raised = ""
@@ -161,20 +162,23 @@ def test_a_forked_child_knows_it_and_every_cached_lookup_takes_the_slow_path():
         return {
             "forked": world.forked(),
             "hot": world.WORLD[0],
+            "latest": latest(),
+            "results": [list(r) for r in results],
             "lookups": len(calls) - before,
             "raised": raised,
         }
 
     got = _in_fork(child)
-    assert got["forked"] is True and got["hot"] is None
-    assert got["lookups"] == 2  # no hit, ever: each call runs the (back-end's) lookup
+    assert got["forked"] is True and got["latest"] == parent_world + 1
+    assert got["hot"] == got["latest"]  # the hot path is on in the child
+    assert got["lookups"] == 1  # one miss (the child's own world), then hits
+    assert got["results"] == [[parent_world + 1]] * 5
     msg = got["raised"]
     assert "forked" in msg and "specializer's OpenCL back-end" in msg
     assert "'spawn'" in msg and "multiprocessing.get_context('spawn')" in msg
-    # the parent is untouched: it is no fork, and (once a slow path has let it back in after
-    # any pin that died meanwhile, as refresh() does) its hot path is on
+    # the parent is untouched
     world.refresh()
-    assert not world.forked() and world.WORLD[0] == latest()
+    assert not world.forked() and world.WORLD[0] == latest() == parent_world
     world.check_fork("anything")
 
 
@@ -221,3 +225,66 @@ def test_device_code_source_decides_from_how_its_own_block_ended():
             raise
     with pytest.raises(KeyError), device_code_source():
         raise KeyError("own")
+
+
+def test_device_code_source_entered_through_an_exit_stack_in_an_except_clause_raises():
+    """Its ``__exit__`` receives the block's own exception (none here), whatever is being
+    handled around it."""
+    import contextlib
+
+    from specializer import device_code_source
+
+    try:
+        raise ValueError("handled outside the block")
+    except ValueError:
+        with pytest.raises(RuntimeError, match="no kernel was looked up"):
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(device_code_source())
+
+
+def test_a_pin_does_not_outlive_its_call_even_in_a_kept_traceback():
+    """A stored exception (sys.last_traceback in a REPL, a notebook's) holds the frames of
+    the call, not the pin: the hot path comes back."""
+    from specializer import world
+
+    def fail():
+        assert world.pins() == 1 and current() == 1
+        raise KeyError("in the pinned call")
+
+    bump()
+    try:
+        invoke_in_world(1, fail)
+    except KeyError as e:
+        kept = e  # keeps e.__traceback__ and every frame in it
+    assert world.pins() == 0
+    world.refresh()
+    assert world.WORLD[0] == latest()
+    assert kept.__traceback__ is not None
+
+
+def test_precompile_output_switches_at_once_and_a_block_restores_on_exit():
+    from specializer import generating_output, precompile_output
+
+    assert not generating_output()
+    p = precompile_output(True)
+    assert generating_output()  # at once, before any with
+    with p:
+        assert generating_output()
+    assert not generating_output()  # its block restored the mode before it
+    with precompile_output(True):
+        with precompile_output(False):
+            assert not generating_output()
+        assert generating_output()
+    assert not generating_output()
+
+
+def test_blocks_are_ordinary_context_managers():
+    import io
+
+    from specializer import device_code, device_code_source, precompile_output
+
+    for block in (device_code(lambda j, a: None), device_code_source(), precompile_output(False)):
+        assert not isinstance(block, io.IOBase)
+        assert not hasattr(block, "readline") and not hasattr(block, "fileno")
+        if isinstance(block, precompile_output):
+            block.__exit__(None, None, None)
