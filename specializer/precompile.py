@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+
 from . import world as _world
 
 __all__ = ["ENV_VAR", "PrecompileOutputError", "generating_output", "precompile_output"]

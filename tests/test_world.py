@@ -237,9 +237,11 @@ def test_device_code_source_entered_through_an_exit_stack_in_an_except_clause_ra
     try:
         raise ValueError("handled outside the block")
     except ValueError:
-        with pytest.raises(RuntimeError, match="no kernel was looked up"):
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(device_code_source())
+        with (
+            pytest.raises(RuntimeError, match="no kernel was looked up"),
+            contextlib.ExitStack() as stack,
+        ):
+            stack.enter_context(device_code_source())
 
 
 def test_a_pin_does_not_outlive_its_call_even_in_a_kept_traceback():
