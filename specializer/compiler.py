@@ -293,7 +293,9 @@ def _sweep(ended: list[Any]) -> None:
         entries[key] = tuple(c for c in entries.get(key, _cache.get(key, ())) if c is not ci)
         ops.append(partial(_retained.pop, ci, None))
     for key, kept in entries.items():
-        ops.append(partial(_cache.__setitem__, key, kept) if kept else partial(_cache.pop, key))
+        ops.append(
+            partial(_cache.__setitem__, key, kept) if kept else partial(_cache.pop, key, None)
+        )
     _world.commit(ops)
 
 
@@ -375,7 +377,7 @@ class device_code(_world.Block):
         super().__init__(callback)
 
     def __enter__(self) -> None:
-        self._begin(held=False)  # held by the with statement: see specializer.world
+        self._begin()
 
 
 class device_code_source(_world.Block):
@@ -391,7 +393,7 @@ class device_code_source(_world.Block):
         super().__init__(lambda job, artifact: sources.append(artifact.source))
 
     def __enter__(self) -> list[str]:
-        self._begin(held=False)
+        self._begin()
         return self.sources
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

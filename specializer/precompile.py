@@ -30,14 +30,15 @@ def generating_output() -> bool:
 
 
 class precompile_output(_world.Block):
-    """Switch precompile-output mode on (``precompile_output()`` or ``precompile_output(True)``)
-    or off (``precompile_output(False)``), at once.
+    """Switch precompile-output mode on (``precompile_output()``, ``precompile_output(True)``)
+    or off (``precompile_output(False)``), at once; as a context manager, for a block.
 
-    The switch lasts until it ends: ``with precompile_output(on):`` ends it as the block
-    ends (however the block ends), and a plain call's switch never ends. The mode is that of
-    the newest switch still active (made in any thread), else the environment variable's,
-    so blocks nest and overlap across threads: when the last one ends, the mode is what it
-    was before the first.
+    A plain call switches the mode until the next switch. ``with precompile_output(on):``
+    switches it too as it is called, and as the block begins that switch becomes the
+    block's (it is undone, unless another switch came since): inside, the mode is that of
+    the innermost block (the one entered last of those still active, in any thread), and
+    once the last block ends it is the mode as last switched outright. So blocks nest and
+    overlap across threads, and however a block ends, it ends.
     """
 
     kind = "precompile"
@@ -46,9 +47,10 @@ class precompile_output(_world.Block):
         if not isinstance(on, (bool, int)):
             raise TypeError(f"precompile_output(on): on is a bool, got {on!r}")
         super().__init__(bool(on))
-        self._begin(held=True)  # takes effect now; held until it ends
+        self._switch = _world.switch_precompile(bool(on))  # takes effect now
 
     def __enter__(self) -> precompile_output:
+        self._begin(undo=self._switch)
         return self
 
 
@@ -66,7 +68,7 @@ def refuse_write(path: str | os.PathLike[str]) -> None:
 def _from_environment() -> None:
     value = os.environ.get(ENV_VAR, "").strip().lower()
     if value not in ("", "0", "false", "no", "off"):
-        _world.set_base_precompile(True)
+        _world.switch_precompile(True)
 
 
 _from_environment()

@@ -93,16 +93,18 @@ class _State(NamedTuple):
 
     #: the global counter
     latest: int
-    #: the with-blocks that have begun and not ended, in order: each a callable returning
-    #: the block (a weak reference for compile hooks), or None once it is gone
-    blocks: tuple[Callable[[], Block | None], ...]
-    #: precompile-output mode where no precompile switch is active (the environment variable)
+    #: the with-blocks that have begun and not ended, in order of entry, each by a weak
+    #: reference (None once no with statement holds it: see the module docstring)
+    blocks: tuple[weakref.ref[Block], ...]
+    #: precompile-output mode where no precompile block is active (the environment variable,
+    #: ``precompile_output(flag)``), and how many times it was switched
     precompile: bool
+    switches: int
     #: this process is a fork of one that had imported specializer
     forked: bool
 
 
-STATE = _State(latest=1, blocks=(), precompile=False, forked=False)
+STATE = _State(latest=1, blocks=(), precompile=False, switches=0, forked=False)
 #: The hot world: ``[latest]``, or ``[None]`` while the slow path is needed.
 WORLD: list[int | None] = [STATE.latest]
 _lock = threading.RLock()
@@ -148,7 +150,10 @@ def commit(steps: Iterable[Callable[[], object]]) -> None:
     plan = tuple(steps)
     WORLD[0] = None  # cleared before the change: readers take the slow path meanwhile
     _pending = plan  # the one store: from here the change happens whole
-    _apply(plan)
+    try:
+        _apply(plan)
+    finally:
+        settle()  # interrupted: finish it now (interrupted again: the next holder does)
 
 
 def _publish(state: _State) -> None:
@@ -286,9 +291,11 @@ def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any
 
 class Block:
     """A with-block of process-wide world state: a compile hook (``kind == "hook"``, whose
-    ``value`` is the callback) or a precompile switch (``"precompile"``, whose ``value`` is
-    the mode it sets). Active from :meth:`_begin` to :meth:`_end`; blocks in several threads
-    each count, nested or overlapping in any order. One object is one block."""
+    ``value`` is the callback) or a precompile block (``"precompile"``, whose ``value`` is
+    the mode inside it). Active from :meth:`_begin` (its ``__enter__``) to :meth:`_end` (its
+    ``__exit__``); blocks in several threads each count, nested or overlapping in any order.
+    One object is one block. The state holds it weakly: a block whose with statement is gone
+    has ended, even if its ``__exit__`` never ran."""
 
     kind: str = "block"
 
@@ -300,16 +307,16 @@ class Block:
         """Whether the block has begun and not ended."""
         return any(b is self for b in _active(STATE))
 
-    def _begin(self, *, held: bool) -> None:
-        """Make the block active. ``held``: the state holds it until it ends (else weakly,
-        so that it ends when nothing holds it)."""
-        ref: Callable[[], Block | None] = (lambda: self) if held else weakref.ref(self)
+    def _begin(self, undo: tuple[bool, int] | None = None) -> None:
+        """Make the block active; ``undo``: an outright precompile switch (from
+        :func:`switch_precompile`) to undo with it, unless another switch came since."""
+        ref = weakref.ref(self)
         with _lock:
             settle()
             if self._begun:
                 raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
             self._begun = True
-            _publish(_with_block(STATE, ref))
+            _publish(_with_block(STATE, ref, undo))  # one store: the block and the undo
 
     def _end(self) -> None:
         """End the block (nothing if it is not active)."""
@@ -325,9 +332,12 @@ class Block:
         return f"<{type(self).__name__} {self.kind} {state}>"
 
 
-def _with_block(state: _State, ref: Callable[[], Block | None]) -> _State:
+def _with_block(state: _State, ref: weakref.ref[Block], undo: tuple[bool, int] | None) -> _State:
     live = tuple(r for r in state.blocks if r() is not None)  # the dead ones pruned
-    return state._replace(blocks=(*live, ref))
+    state = state._replace(blocks=(*live, ref))
+    if undo is not None and undo[1] == state.switches:
+        state = state._replace(precompile=undo[0])
+    return state
 
 
 def _without_block(state: _State, block: Block) -> _State:
@@ -359,12 +369,14 @@ def bypassing() -> bool:
     return _precompiling(state) or any(b.kind == "hook" for b in _active(state))
 
 
-def set_base_precompile(on: bool) -> None:
-    """Set the mode that holds where no precompile switch is active (the environment
-    variable's)."""
+def switch_precompile(on: bool) -> tuple[bool, int]:
+    """Switch precompile-output mode outright (where no precompile block is active); returns
+    what undoes it (for :meth:`Block._begin`): the mode before it, and its number."""
     with _lock:
         settle()
-        _publish(STATE._replace(precompile=bool(on)))
+        before = STATE
+        _publish(before._replace(precompile=bool(on), switches=before.switches + 1))
+    return before.precompile, before.switches + 1
 
 
 # -- fork -------------------------------------------------------------------------------

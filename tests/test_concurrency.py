@@ -30,8 +30,9 @@ from specializer import (
     latest,
     specialize,
 )
+from specializer import compiler as compiler_module
+from specializer import lookup as lookup_module
 from specializer import world as world_module
-from specializer.compiler import _cache_lock
 from specializer.lookup import _entries as cell_entries  # (world, key, result) in a cell
 
 TT = (np.float32,)
@@ -439,8 +440,6 @@ def test_hit_takes_no_lock_while_another_thread_holds_the_miss_lock():
     pinned_first = invoke_in_world(old, world_lookup, F, gf, "k", calls)
     assert len(calls) == 1 and pinned_first is first
 
-    fn = specialize(_site_code(world_lookup), tuple, F, TT, str)
-    spec = fn.__globals__["_miss"].args[0]  # the specialization's miss-path state
     failures = Failures()
     held, release = threading.Event(), threading.Event()
     hits_done = threading.Event()
@@ -448,7 +447,7 @@ def test_hit_takes_no_lock_while_another_thread_holds_the_miss_lock():
     miss_calls: list[int] = []
 
     def holder() -> None:
-        with spec.lock, _cache_lock:  # the store lock, and the compiled-code cache's
+        with lookup_module._lock, compiler_module._cache_lock:  # the stores', the cache's
             held.set()
             release.wait(JOIN_S)
 
