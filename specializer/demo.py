@@ -57,7 +57,11 @@ def main(argv: list[str]) -> int:
 
         queue = cl.default_queue()
     except (ImportError, RuntimeError) as e:
-        _say(f"\nthe demo needs pyopencl and PoCL (pip install 'specializer[opencl]'): {e}")
+        _say(
+            f"\nthe demo needs pyopencl and PoCL ({e}); install them with the opencl extra: "
+            "pip install -e '.[opencl]' in a checkout, or "
+            "pip install 'specializer-VERSION-py3-none-any.whl[opencl]' from a built wheel"
+        )
         return 1
     import specializer
 
