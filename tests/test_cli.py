@@ -174,6 +174,13 @@ def test_precompile_of_a_missing_command_says_so_with_127():
     assert "command not found: no-such-command-anywhere" in r.stderr
 
 
+def test_precompile_names_the_mode_and_the_resolved_command_on_one_stderr_line():
+    r = cli("precompile", "--", "python3", "-c", "print('ran')")
+    assert r.returncode == 0 and r.stdout == "ran\n"
+    line = f"precompile-output mode on ({PRECOMPILE}=1): {shutil.which('python3')} -c "
+    assert r.stderr.count("\n") == 1 and line in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_precompile_reports_a_command_killed_by_a_signal_as_a_shell_does():
     code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
