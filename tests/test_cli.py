@@ -244,6 +244,7 @@ def test_dump_prints_headers_that_names_cannot_break_out_of(tmp_path):
     _check_runs_clean(out, tmp_path)
 
 
+@pytest.mark.slow
 def test_dump_out_files_have_comment_headers_that_names_cannot_break_out_of(tmp_path):
     prog = _program(tmp_path, EVIL)
     out = tmp_path / "dumped"
@@ -307,6 +308,7 @@ def test_dump_out_in_a_directory_it_cannot_write_is_refused_before_running(tmp_p
     assert _listing(locked) == []
 
 
+@pytest.mark.slow
 def test_dump_out_in_a_directory_it_cannot_write_really_tried(tmp_path):
     """Whatever the user's rights, the check creates something for real, then removes it."""
     prog = _program(tmp_path, LOOKUPS)
@@ -409,6 +411,7 @@ def _dumped_set(path):
 
 
 @pytest.mark.parametrize("fault", ["write", "rename"])
+@pytest.mark.slow
 def test_a_failed_dump_out_leaves_the_previous_set_and_no_temporary_files(tmp_path, fault):
     prog = _program(tmp_path, LOOKUPS)
     faulty = _program(tmp_path, FAULTY, name="faulty.py")
@@ -487,6 +490,7 @@ def _regen_copy(tmp_path):
     return tmp_path / "tools" / "regen_generated.py", tmp_path / "generated"
 
 
+@pytest.mark.slow
 def test_regen_generated_in_precompile_mode_changes_nothing_and_says_why(tmp_path):
     tool, generated = _regen_copy(tmp_path)
     before = _dumped_set(generated)

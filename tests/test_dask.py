@@ -25,6 +25,7 @@ def _fill(kernel, v):
     return x.get().tolist()
 
 
+@pytest.mark.slow
 def test_a_local_cluster_of_process_workers_launches_kernels_and_kernel_instances():
     with (
         distributed.LocalCluster(
