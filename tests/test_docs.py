@@ -35,7 +35,17 @@ def test_the_docs_have_runnable_python_blocks():
         assert not blocks or blocks[0][2] != "continued", page.name
 
 
-@pytest.mark.parametrize("page, i", CASES, ids=[f"{p.stem}-{_blocks(p)[i][0]}" for p, i in CASES])
+SLOW_PAGES = {"processes"}  # worker processes: a spawn pool, a Dask cluster
+
+
+@pytest.mark.parametrize(
+    "page, i",
+    [
+        pytest.param(p, i, marks=[pytest.mark.slow] if p.stem in SLOW_PAGES else [])
+        for p, i in CASES
+    ],
+    ids=[f"{p.stem}-{_blocks(p)[i][0]}" for p, i in CASES],
+)
 def test_docs_block_runs(page, i, monkeypatch):
     blocks = _blocks(page)
     start = i
