@@ -22,7 +22,7 @@ from .methods import AmbiguityError, GenericFunction, MethodError, MethodInstanc
 from .precompile import PrecompileOutputError, generating_output, precompile_output
 from .world import bump, current, invoke_in_world, invokelatest, latest
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AmbiguityError",

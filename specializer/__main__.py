@@ -16,6 +16,7 @@ import os
 import re
 import runpy
 import secrets
+import shlex
 import shutil
 import subprocess
 import sys
@@ -44,12 +45,16 @@ examples:
 Run '{prog} COMMAND --help' for what a command does, its options and an example."""
 
 DEMO_HELP = """\
-Run the OpenCL demo on PoCL's CPU device: define a few kernels (a generic one, one
-calling a device function, one with a captured value) and check each result against
-numpy; redefine the device function and show that only the kernel calling it
-recompiles; then measure what a launch costs with the cached lookup, with the cache
-bypassed, and as pyopencl's own call. Needs pyopencl and PoCL
-(pip install 'specializer[opencl]'). Exits 1 if any result is wrong."""
+Run the OpenCL demo on PoCL's CPU device (about a second; a first run also builds
+its kernels, a few seconds more). It runs the same kernels through a naive cache
+(a dict keyed on kernel and argument types) and through specializer, side by
+side: after a more specific method is defined, and after a device function is
+redefined (only the kernel calling it recompiles), the naive cache runs the old
+code and specializer the new; a task pinned to an older world runs that world's
+code. Then it times one launch (launch(), a HostKernel call, typed pyopencl and a
+bare enqueue): CPU time per launch, the median of ROUNDS interleaved rounds of
+LAUNCHES launches each. Needs pyopencl and PoCL: pip install -e '.[opencl]' in a
+checkout. Exits 1 if any result differs from numpy's."""
 
 DEMO_EPILOG = """\
 example:
@@ -80,8 +85,9 @@ exit status is the command's (127 if it is not found, 128+N if signal N ends it)
 
 PRECOMPILE_EPILOG = """\
 examples:
-  {prog} -- python -m build
-  {prog} python setup.py build_ext"""
+  {prog} -- .venv/bin/python -m build
+  {prog} .venv/bin/python setup.py build_ext
+(name the virtual environment's python: a bare 'python' is whichever PATH finds)"""
 
 # The first two lines of a dumped file are fixed, so that nothing taken from a name can be read
 # as a source-encoding declaration (Python looks for one on those two lines only).
@@ -116,11 +122,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         formatter_class=fmt,
     )
     # The demo's own defaults apply to what is not given.
+    # (the demo's own parser checks the values: whole numbers of at least 1)
     demo.add_argument(
-        "--launches", type=int, default=argparse.SUPPRESS, help="launches per timed block (2000)"
+        "--launches", default=argparse.SUPPRESS, help="launches per timed round (default 3000)"
     )
     demo.add_argument(
-        "--rounds", type=int, default=argparse.SUPPRESS, help="timed blocks per variant (9)"
+        "--rounds", default=argparse.SUPPRESS, help="timed rounds per variant (default 7)"
     )
 
     dump = sub.add_parser(
@@ -389,6 +396,10 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not command:
         parser.error("the following arguments are required: CMD")
     env = {**os.environ, ENV_VAR: "1"}
+    # One line naming the mode and what runs (the resolved program shows which python it is).
+    found = shutil.which(command[0]) or command[0]
+    line = f"{prog}: precompile-output mode on ({ENV_VAR}=1): {shlex.join([found, *command[1:]])}"
+    print(line, file=sys.stderr, flush=True)
     try:
         proc = subprocess.Popen(command, env=env)
     except FileNotFoundError:

@@ -11,11 +11,16 @@ tracebacks and ``inspect.getsource`` show the real lines.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import importlib.util
 import itertools
+import json
 import keyword
 import linecache
 import os
 import re
+import sys
 import tempfile
 import threading
 import weakref
@@ -23,11 +28,12 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import jinja2
+from typing import TYPE_CHECKING, Any
 
 from . import precompile
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = [
     "GeneratedSource",
@@ -36,8 +42,12 @@ __all__ = [
     "generated_sources",
     "identifier",
     "render",
+    "template_cache_dir",
     "write_atomic",
 ]
+
+#: the environment variable naming specializer's cache directory ("" or "0": off)
+CACHE_ENV_VAR = "SPECIALIZER_CACHE_DIR"
 
 
 def _templates_dir() -> Path:
@@ -49,15 +59,58 @@ def _templates_dir() -> Path:
     raise ImportError(f"specializer's templates are missing (looked in {here / 'templates'})")
 
 
-_loader = jinja2.FileSystemLoader(str(_templates_dir()))
-_env = jinja2.Environment(
-    loader=_loader,
-    undefined=jinja2.StrictUndefined,
-    autoescape=False,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
+def template_cache_dir() -> Path | None:
+    """Where Jinja keeps the templates it compiled, for the next process: ``templates`` in
+    ``$SPECIALIZER_CACHE_DIR`` or the user's cache directory (``$XDG_CACHE_HOME/specializer``,
+    ``~/.cache/specializer``); ``None`` when ``SPECIALIZER_CACHE_DIR`` is "" or "0"."""
+    value = os.environ.get(CACHE_ENV_VAR)
+    if value is not None:
+        value = value.strip()
+        return None if value in ("", "0") else Path(value).expanduser() / "templates"
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+        return base / "specializer" / "Cache" / "templates"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "specializer" / "templates"
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "specializer" / "templates"
+
+
+_search_path = [str(_templates_dir())]
+_ENV: list[jinja2.Environment] = []  # made at the first render: jinja2 is not imported before
+
+
+def _environment() -> jinja2.Environment:
+    """The Jinja environment, made on first use. Its templates are compiled once per machine,
+    not once per process: Jinja's bytecode cache keeps the compiled code in
+    :func:`template_cache_dir`, keyed by each template's source (a changed template compiles
+    again). A directory that cannot be made leaves the cache off; rendering never fails for it."""
+    if _ENV:
+        return _ENV[0]
+    with _lock:
+        if not _ENV:
+            import jinja2
+
+            cache = None
+            d = template_cache_dir()
+            if d is not None:
+                try:
+                    d.mkdir(parents=True, exist_ok=True)
+                    cache = jinja2.FileSystemBytecodeCache(str(d))
+                except OSError:
+                    cache = None
+            _ENV.append(
+                jinja2.Environment(
+                    loader=jinja2.FileSystemLoader(_search_path),
+                    bytecode_cache=cache,
+                    undefined=jinja2.StrictUndefined,
+                    autoescape=False,
+                    keep_trailing_newline=True,
+                    trim_blocks=True,
+                    lstrip_blocks=True,
+                )
+            )
+    return _ENV[0]
 
 
 @dataclass(frozen=True)
@@ -144,15 +197,67 @@ def add_template_dir(path: str | os.PathLike[str]) -> None:
     if not Path(d).is_dir():
         raise NotADirectoryError(f"no template directory {d}")
     with _lock:
-        if d not in _loader.searchpath:
-            _loader.searchpath.append(d)
+        if d not in _search_path:
+            _search_path.append(d)
+            _IDENTITY.clear()
+            if _ENV:  # the loader copied the list it was made with
+                _ENV[0].loader.searchpath.append(d)  # type: ignore[union-attr]
 
 
 def render(template: str, **params: Any) -> str:
-    """Render ``templates/<template>`` with identifiers and ints only."""
+    """Render ``templates/<template>`` with identifiers and ints only.
+
+    What a render gives depends on nothing but the template files, Jinja and ``params``, so
+    it is kept on disk (:func:`template_cache_dir`, one file per distinct render) and the
+    next process reads it instead of importing Jinja and compiling the template: this is most
+    of a process's cold start before its first launch."""
     for k, v in params.items():
         _check_param(k, v)
-    return _env.get_template(template).render(**params)
+    d = template_cache_dir()
+    if d is None:
+        return _environment().get_template(template).render(**params)
+    blob = json.dumps([_templates_identity(), template, params], sort_keys=True)
+    path = d / f"{hashlib.sha256(blob.encode()).hexdigest()}.py"
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        pass
+    source = _environment().get_template(template).render(**params)
+    try:  # a whole file or none (renamed into place); a cache that cannot be written is off
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".render.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+                f.write(source)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError:
+        pass
+    return source
+
+
+_IDENTITY: list[str] = []
+
+
+def _templates_identity() -> str:
+    """A digest of every template file that can be found and of Jinja's own files: a render
+    kept on disk is used only while all of them are the same."""
+    if _IDENTITY:
+        return _IDENTITY[0]
+    with _lock:
+        h = hashlib.sha256()
+        for d in _search_path:
+            for f in sorted(Path(d).glob("*.j2")):
+                h.update(f"{f.name}\0".encode() + f.read_bytes() + b"\0")
+        spec = importlib.util.find_spec("jinja2")
+        origin = Path(spec.origin) if spec and spec.origin else None
+        if origin is not None:
+            st = origin.stat()
+            h.update(f"{origin}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+        _IDENTITY[:] = [h.hexdigest()]
+    return _IDENTITY[0]
 
 
 def _unique(base: str) -> str:

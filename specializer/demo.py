@@ -39,12 +39,32 @@ class _Checks:
         return ok
 
 
+LAUNCHES, ROUNDS = 3000, 7  # the defaults; `python -m specializer demo --help` states them
+
+WORLD_LINE = (
+    "A world counts the definitions so far; each kernel method or device function defined adds one."
+)
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number of at least 1 (a count of launches or rounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(
         prog="python -m specializer demo", description=__doc__.split("\n\n")[1]
     )
-    p.add_argument("--launches", type=int, default=3000, help="launches per timed block")
-    p.add_argument("--rounds", type=int, default=7, help="timed blocks per variant")
+    p.add_argument(
+        "--launches", type=positive_int, default=LAUNCHES, help="launches per timed round"
+    )
+    p.add_argument("--rounds", type=positive_int, default=ROUNDS, help="timed rounds per variant")
     args = p.parse_args(argv)
 
     _say("specializer demo: world age and kernel caches", end="")
@@ -57,11 +77,16 @@ def main(argv: list[str]) -> int:
 
         queue = cl.default_queue()
     except (ImportError, RuntimeError) as e:
-        _say(f"\nthe demo needs pyopencl and PoCL (pip install 'specializer[opencl]'): {e}")
+        _say(
+            f"\nthe demo needs pyopencl and PoCL ({e}); install them with the opencl extra: "
+            "pip install -e '.[opencl]' in a checkout, or "
+            "pip install 'specializer-VERSION-py3-none-any.whl[opencl]' from a built wheel"
+        )
         return 1
     import specializer
 
     _say(f", on {queue.device.name} ({queue.device.platform.name})")
+    _say(WORLD_LINE)
     checks = _Checks()
     n = 8
     host = np.arange(1, n + 1, dtype=np.float32)
@@ -102,7 +127,8 @@ def main(argv: list[str]) -> int:
     naive_got, ours = run_both(scale, np.float32(2))
     checks.expect("scale before", ours, host * 2)
     checks.expect("naive scale before", naive_got, host * 2)
-    _say(f"  scale(x, 2) in world {w0}: both caches run x * 2: {ours}")
+    _say(f"  scale(x, 2) in world {w0} (defining scale: {w0 - 1} -> {w0}):")
+    _say(f"    both caches run x * 2: {ours}")
 
     @cl.kernel  # more specific: float32 arrays also get 1 added
     def scale(x: cl.Array[np.float32], a: np.float32) -> str:
@@ -122,6 +148,7 @@ def main(argv: list[str]) -> int:
 
     # -- 2. a device function redefined --------------------------------------------------
     _say("\n2. A kernel calling a device function, then the device function redefined")
+    w_before = specializer.latest()
 
     @cl.device
     def offset() -> str:
@@ -136,7 +163,11 @@ def main(argv: list[str]) -> int:
     checks.expect("shift before", ours, host + 10)
     checks.expect("naive shift before", naive_got, host + 10)
     w2 = specializer.latest()
-    _say(f"  shift(x, 1) in world {w2}: both caches run (x + 10) * 1: {ours}")
+    _say(
+        f"  shift(x, 1) in world {w2} (defining offset: {w_before} -> {w_before + 1}, "
+        f"then shift: {w_before + 1} -> {w2}):"
+    )
+    _say(f"    both caches run (x + 10) * 1: {ours}")
     compiles = specializer.compile_count()
 
     @cl.device

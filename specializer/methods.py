@@ -111,7 +111,7 @@ class Method:
 
     def applies_weak(self, tt: tuple[type, ...]) -> bool:
         """Whether this method takes ``tt`` when each weak type in it may also take the
-        concrete member of its family that the method declares there (SPEC 8)."""
+        concrete member of its family that the method declares there (docs: argument kinds)."""
         sig = self.signature
         return len(sig) == len(tt) and all(
             is_subtype(resolve_weak(a, s), s) for a, s in zip(tt, sig)

@@ -174,6 +174,13 @@ def test_precompile_of_a_missing_command_says_so_with_127():
     assert "command not found: no-such-command-anywhere" in r.stderr
 
 
+def test_precompile_names_the_mode_and_the_resolved_command_on_one_stderr_line():
+    r = cli("precompile", "--", "python3", "-c", "print('ran')")
+    assert r.returncode == 0 and r.stdout == "ran\n"
+    line = f"precompile-output mode on ({PRECOMPILE}=1): {shutil.which('python3')} -c "
+    assert r.stderr.count("\n") == 1 and line in r.stderr, r.stderr
+
+
 @pytest.mark.skipif(os.name != "posix", reason="signals")
 def test_precompile_reports_a_command_killed_by_a_signal_as_a_shell_does():
     code = "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"
@@ -237,6 +244,7 @@ def test_dump_prints_headers_that_names_cannot_break_out_of(tmp_path):
     _check_runs_clean(out, tmp_path)
 
 
+@pytest.mark.slow
 def test_dump_out_files_have_comment_headers_that_names_cannot_break_out_of(tmp_path):
     prog = _program(tmp_path, EVIL)
     out = tmp_path / "dumped"
@@ -300,6 +308,7 @@ def test_dump_out_in_a_directory_it_cannot_write_is_refused_before_running(tmp_p
     assert _listing(locked) == []
 
 
+@pytest.mark.slow
 def test_dump_out_in_a_directory_it_cannot_write_really_tried(tmp_path):
     """Whatever the user's rights, the check creates something for real, then removes it."""
     prog = _program(tmp_path, LOOKUPS)
@@ -402,6 +411,7 @@ def _dumped_set(path):
 
 
 @pytest.mark.parametrize("fault", ["write", "rename"])
+@pytest.mark.slow
 def test_a_failed_dump_out_leaves_the_previous_set_and_no_temporary_files(tmp_path, fault):
     prog = _program(tmp_path, LOOKUPS)
     faulty = _program(tmp_path, FAULTY, name="faulty.py")
@@ -480,6 +490,7 @@ def _regen_copy(tmp_path):
     return tmp_path / "tools" / "regen_generated.py", tmp_path / "generated"
 
 
+@pytest.mark.slow
 def test_regen_generated_in_precompile_mode_changes_nothing_and_says_why(tmp_path):
     tool, generated = _regen_copy(tmp_path)
     before = _dumped_set(generated)

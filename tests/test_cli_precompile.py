@@ -92,6 +92,7 @@ def test_write_atomic_replaces_whole_files(tmp_path):
     assert target.read_text() == "a = 2\n" and [p.name for p in tmp_path.iterdir()] == ["out.py"]
 
 
+@pytest.mark.slow
 def test_dump_prints_every_generated_function_deterministically(program):
     r1 = _python("-m", "specializer", "dump", str(program))
     r2 = _python("-m", "specializer", "dump", str(program))
@@ -101,6 +102,7 @@ def test_dump_prints_every_generated_function_deterministically(program):
     assert r1.stdout == r2.stdout
 
 
+@pytest.mark.slow
 def test_dump_passes_arguments_and_exit_status(program):
     r = _python("-m", "specializer", "dump", str(program), "5")
     assert r.returncode == 5 and "def lookup_lambda_dumped" in r.stdout

@@ -693,6 +693,7 @@ def matrix_mul(
     )
 
 
+@pytest.mark.slow
 def test_matrix_mul_nvrtc_with_cooperative_groups_and_an_entry_among_two_kernels():
     arrays = (A[np.float32],) * 3
     ptx = cuda.code_ptx(matrix_mul, (*arrays, np.int32, np.int32), arch=ARCH)
@@ -888,6 +889,7 @@ def reduce7(x: A[np.number], out: A[np.number], n: np.uint32):
     return KernelSource(REDUCTION, entry=f"reduce7<{cuda.ctype(x.dtype)}, 256, true>")
 
 
+@pytest.mark.slow
 def test_reduction_template_kernels_are_instantiated_from_the_concrete_types():
     for t, code in ((np.float32, "f"), (np.float64, "d"), (np.int32, "i")):
         tt = (A[t], A[t], np.uint32)
@@ -936,6 +938,7 @@ def reduceSinglePassMultiBlockCG(x: A[np.float32], out: A[np.float32], n: np.uin
     }"""
 
 
+@pytest.mark.slow
 def test_reduction_multi_block_cg_with_grid_sync():
     ptx = cuda.code_ptx(
         reduceSinglePassMultiBlockCG, (A[np.float32], A[np.float32], np.uint32), arch=ARCH
@@ -1019,6 +1022,7 @@ def raw_cmul(a: A[np.complex128], b: A[np.complex128], out: A[np.complex128], n:
     }"""
 
 
+@pytest.mark.slow
 def test_cupy_raw_kernels_extern_c_and_complex_headers():
     ptx = cuda.code_ptx(raw_sum, (A[np.float32],) * 3 + (np.uint32,), arch=ARCH)
     assert entries(ptx) == {"raw_sum": [".u64", ".u64", ".u64", ".u32"]}
@@ -1406,6 +1410,7 @@ def entry_files(cache):
     return sorted(p.name for p in (cache / "cuda").iterdir()) if (cache / "cuda").exists() else []
 
 
+@pytest.mark.slow
 def test_a_second_process_runs_nvrtc_zero_times(tmp_path):
     first = run_program(tmp_path)
     assert first["compiles"] == 1 and len(entry_files(tmp_path)) == 1
@@ -1469,6 +1474,7 @@ def test_a_corrupt_or_unreadable_entry_is_ignored_and_rewritten(tmp_path, monkey
     assert _compiler.nvrtc_compile(*args, kernel="damaged").ptx == good.ptx
 
 
+@pytest.mark.slow
 def test_two_processes_writing_one_entry_at_once_both_succeed(tmp_path):
     gate = tmp_path / "go"
     environ = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path), "GATE": str(gate)}
@@ -1526,6 +1532,7 @@ def test_concurrent_writers_never_leave_a_torn_entry(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("value", ["", "0", " 0 "])
+@pytest.mark.slow
 def test_the_disk_cache_is_off_with_an_empty_or_zero_directory(tmp_path, monkeypatch, value):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", value)

@@ -172,6 +172,7 @@ def test_more_specific_method_takes_over_while_an_older_world_runs_the_old_one(q
     assert x.get().tolist() == [1, 1, 1, 1]
 
 
+@pytest.mark.slow
 def test_callee_redefinition_recompiles_exactly_the_dependent_kernels(queue):
     @cl.device
     def scaled() -> str:
@@ -308,6 +309,7 @@ def test_clfunction_hit_returns_the_same_kernel_object_and_runs_no_lookup(queue,
     assert x.get().tolist() == [5, 5, 5, 5]
 
 
+@pytest.mark.slow
 def test_launches_create_no_kernel_object_after_the_first(queue, monkeypatch):
     @cl.kernel
     def count_kernels(x: F32) -> str:
@@ -375,6 +377,7 @@ def test_second_context_on_the_same_device_gets_its_own_kernel_and_both_keep_hit
     assert compile_count() == before  # a new context links; it does not recompile
 
 
+@pytest.mark.slow
 def test_alternating_kernels_and_queues_each_get_their_own_lookup(queue, lookups):
     # Each kernel keeps its newest lookup inline (its front entry); alternating kernels,
     # queues of one context and argument types must never see another's.
@@ -882,6 +885,7 @@ def test_a_context_outlives_its_first_queue_and_keeps_working_on_another():
         hk(x, np.float32(1), global_size=4, queue=other)
 
 
+@pytest.mark.slow
 def test_many_dropped_contexts_keep_the_process_size_bounded():
     """Each context the library held cost about 1.1 MiB (its built program among them): 100
     of them would add over 100 MiB; plain pyopencl adds almost nothing."""

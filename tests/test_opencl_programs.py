@@ -798,6 +798,7 @@ __kernel void struct_touch(__global pair_t *x)
 {{ int i = get_global_id(0); short t = x[i].lo; x[i].lo = x[i].hi; x[i].hi = t; }}"""
 
 
+@pytest.mark.slow
 def test_struct_arrays_keep_their_dtype(queue):
     assert cl.typeof(cla.zeros(queue, 2, PARTICLE)) is cl.Array[PARTICLE]
     assert cl.Array[PARTICLE] is not cl.Array[PAIR]
@@ -984,6 +985,7 @@ def mmul_block(
     return MMUL
 
 
+@pytest.mark.slow
 def test_blocked_matrix_multiply_with_local_tiles(queue):
     ctx = queue.context
     N, blocksize = 64, 16

@@ -48,6 +48,7 @@ def test_kernels_and_kernel_instances_pickle_by_reference():
     assert type(back) is type(inst) and back.values == inst.values
 
 
+@pytest.mark.slow
 def test_a_spawn_pool_launches_kernels_and_kernel_instances_on_pocl():
     x = np.arange(8, dtype=np.float32)
     y = np.ones(8, np.float32)
