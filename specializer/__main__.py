@@ -1,14 +1,16 @@
 """Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`).
 
 - demo: run the OpenCL demo on PoCL (why a kernel cache needs the world age; launch costs).
-- dump [--out DIR] SCRIPT_OR_MODULE [ARGS...]: run a program, then print (or write one file per
-  function to DIR, as a set, whole or not at all) every function generated while it ran.
+- dump [--out DIR] SCRIPT_OR_MODULE [ARGS...]: run a program, then, once it and its non-daemon
+  threads have ended, print (or write one file per function to DIR, as a set, whole or not at
+  all) every function generated while it ran.
 - precompile [--] CMD [ARGS...]: run a build command with precompile-output mode on.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
 import ctypes
 import errno
 import importlib.util
@@ -18,6 +20,7 @@ import runpy
 import secrets
 import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -63,13 +66,15 @@ example:
 DUMP_HELP = """\
 Run a program (a script path or a module name, as python would run it, with ARGS as
 its arguments), then show every function specializer generated while it ran: its
-name, the specialization it serves and its source. Without --out they are printed
-after the program's own output; with --out DIR they are written one file per
-function, and DIR is replaced by the new set as a whole (it then holds the whole new
-set or, on any failure, the previous one). DIR must be new, empty, or the output of
-an earlier dump. The exit status is the program's; what was generated is shown even
-when the program fails. Writing is refused in precompile-output mode
-({env}=1)."""
+name, the specialization it serves and its source. They are collected when the
+program ends as Python ends it, its non-daemon threads and exit handlers done, and
+shown by the process that started as dump only (not by a child it forks). Without
+--out they are printed after the program's own output; with --out DIR they are
+written one file per function, and DIR is replaced by the new set as a whole (it
+then holds the whole new set or, on any failure, the previous one), keeping DIR's
+permissions. DIR must be new, empty, or the output of an earlier dump. The exit
+status is the program's; what was generated is shown even when the program fails.
+Writing is refused in precompile-output mode ({env}=1)."""
 
 DUMP_EPILOG = """\
 examples:
@@ -330,25 +335,122 @@ def _write_file(path: Path, text: str) -> None:
         f.write(text)
 
 
+def _lock(fd: int, wait: bool) -> bool:
+    """Lock the directory open as ``fd`` for this process (released when it closes the fd or
+    dies); whether it got the lock. Windows has no such lock: never."""
+    if sys.platform == "win32":
+        return False
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        return False
+    return True
+
+
+def _locked_temp_dir(out: Path) -> tuple[Path, int | None]:
+    """A new temporary directory beside ``out``, ``.DIR.<random>.tmp``, and an fd holding it
+    locked for as long as the write runs (``None`` on Windows): an unlocked one is a leftover."""
+    while True:
+        tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+        if sys.platform == "win32":
+            return tmp, None
+        fd = os.open(tmp, os.O_RDONLY)
+        _lock(fd, wait=True)
+        try:
+            if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
+                return tmp, fd
+        except OSError:
+            pass
+        os.close(fd)  # another write took it for a leftover before it was locked: a new one
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Remove what writes of ``out`` killed midway left beside it: ``.DIR.<random>.tmp``
+    directories of generated files only that no running write holds locked."""
+    kind = re.compile(re.escape(f".{out.name}.") + r"[^.]+\.tmp")
+    try:
+        entries = [e for e in os.scandir(out.parent) if kind.fullmatch(e.name)]
+    except OSError:
+        return
+    for e in entries:
+        try:
+            fd = os.open(e.path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except OSError:
+            continue
+        try:
+            if _lock(fd, wait=False) and all(
+                _DUMPED_NAME.fullmatch(f.name) and f.is_file(follow_symlinks=False)
+                for f in os.scandir(e.path)
+            ):
+                shutil.rmtree(e.path, ignore_errors=True)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
 def write_set(
     out: Path, files: Iterable[tuple[str, str]], owned: Callable[[Path], bool] = _is_dump_dir
 ) -> None:
     """Write ``files`` ((name, text) pairs) as the whole content of directory ``out``: into a
     temporary directory beside it, then renamed into place (an existing ``out`` must be one
-    ``owned`` accepts: by default, what an earlier dump wrote). On any failure ``out`` is as it
-    was and no temporary file is left."""
+    ``owned`` accepts: by default, what an earlier dump wrote). ``out`` keeps its permissions
+    (a new one gets mkdir's). On any failure ``out`` is as it was and no temporary file is
+    left; a write killed midway leaves its temporary directory, which the next write of
+    ``out`` removes."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    _remove_leftovers(out)
+    tmp, fd = _locked_temp_dir(out)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # as mkdir would make it, not mkdtemp's 0o700
+        try:
+            mode = stat.S_IMODE(os.stat(out).st_mode)
+        except FileNotFoundError:
+            umask = os.umask(0)
+            os.umask(umask)
+            mode = 0o777 & ~umask  # as mkdir would make it, not mkdtemp's 0o700
+        os.chmod(tmp, mode)
         for name, text in files:
             _write_file(tmp / name, text)
         _replace_dir(tmp, out, owned)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+class _ShowAtExit:
+    """Dump's ending, run at exit: after the program's non-daemon threads and its own exit
+    handlers (Python runs exit handlers last registered first, and threads are waited for
+    before any), in the process that started as dump only (a child the program forks and
+    that exits normally runs its parent's exit handlers too)."""
+
+    def __init__(self, prog: str, out: Path | None) -> None:
+        self.prog, self.out, self.pid, self.status = prog, out, os.getpid(), 0
+
+    def __call__(self) -> None:
+        if os.getpid() != self.pid:
+            return
+        sources = generated_sources()
+        sys.stdout.flush()
+        if self.out is None:
+            for g in sources:
+                print(f"# --- {g.name}: {_comment(g.specialization)}\n{g.source}")
+            sys.stdout.flush()
+            return
+        try:
+            refuse_write(self.out)  # the program may have turned the mode on
+            write_set(self.out, [(f"{g.name}.py", dumped_file(g)) for g in sources])
+        except (OSError, PrecompileOutputError) as e:
+            _fail(self.prog, f"nothing written to {self.out}: {e}")
+            if self.status == 0:  # the exit status is decided already: end with 1 instead
+                sys.stderr.flush()
+                os._exit(1)
+            return
+        print(f"wrote {len(sources)} generated function(s) to {self.out}", file=sys.stderr)
 
 
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -370,21 +472,11 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if why:
         return _fail(prog, why)
 
-    status = _run_program(target, args)
-    sources = generated_sources()
-    if out is None:
-        sys.stdout.flush()
-        for g in sources:
-            print(f"# --- {g.name}: {_comment(g.specialization)}\n{g.source}")
-        sys.stdout.flush()
-        return status
-    try:
-        refuse_write(out)  # the program may have turned the mode on
-        write_set(out, [(f"{g.name}.py", dumped_file(g)) for g in sources])
-    except (OSError, PrecompileOutputError) as e:
-        return _fail(prog, f"nothing written to {out}: {e}", status or 1)
-    print(f"wrote {len(sources)} generated function(s) to {out}", file=sys.stderr)
-    return status
+    # Registered before the program runs, so that it runs after the program's own handlers.
+    ending = _ShowAtExit(prog, out)
+    atexit.register(ending)
+    ending.status = _run_program(target, args)
+    return ending.status
 
 
 # -- precompile ------------------------------------------------------------------------------

@@ -6,10 +6,17 @@ classes made by subscripting an array family, interned so that each
 ``Array[T]`` is one class, built along numpy's hierarchy so that ``issubclass``
 answers ``Array[np.float32] <: Array[np.floating] <: Array[np.generic]``.
 Each back-end has its own family (a subclass of :class:`DeviceArray`).
+
+Every argument type pickles by reference: ``Array[np.float32]`` as its family (a class of
+its back-end's module) subscripted with its element type, so that it unpickles, in this or
+another process, to the same interned class (``clfunction(k, tt)`` in a spawn worker, with
+``tt`` sent from the parent).
 """
 
 from __future__ import annotations
 
+import copyreg
+import operator
 import threading
 from typing import Any, ClassVar
 
@@ -222,6 +229,26 @@ WEAK: dict[type, type[WeakScalar]] = {
     bool: _weak(bool, np.bool_, np.bool_),
 }
 Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
+
+
+def _reduce_argtype(cls: type) -> str | tuple[Any, ...]:
+    """Pickle an argument type by reference: a root (``cl.Array``, ``Struct``, ``WeakScalar``)
+    by its name in its module, a parametric one as its root subscripted (``Array[np.float32]``
+    is ``operator.getitem(Array, np.float32)``), so that it unpickles to the interned class."""
+    if isinstance(cls, _ArrayMeta) and "eltype" in cls.__dict__:
+        key = cls._whole if cls._whole is not None else cls.eltype
+        return operator.getitem, (cls._family_root, key)
+    if isinstance(cls, _StructMeta) and cls is not Struct:
+        return operator.getitem, (Struct, cls.dtype)
+    if isinstance(cls, _WeakMeta) and cls is not WeakScalar:
+        return operator.getitem, (WeakScalar, cls.pytype)
+    return cls.__qualname__  # a root: the class its module defines
+
+
+# A metaclass's own __reduce__ is not asked (pickle saves any class as a global): the
+# reduction goes in copyreg's table, which pickle consults first.
+for _meta in (_ArrayMeta, _StructMeta, _WeakMeta):
+    copyreg.pickle(_meta, _reduce_argtype)
 
 
 def resolve_weak(t: type, declared: type) -> type:

@@ -1592,6 +1592,126 @@ def test_an_unwritable_cache_directory_never_fails_a_compile(tmp_path, monkeypat
     assert r.ptx and not r.cached
 
 
+# -- the disk cache is private to the user and never blocks (SPEC 9) -------------------------
+
+
+def nvrtc_run(name):
+    """Compile a small kernel called ``name`` through the disk cache: (whether NVRTC ran,
+    the result)."""
+    src = f'extern "C" __global__ void {name}(int *x) {{ x[0] = 5; }}'
+    n = _compiler.nvrtc_compiles()
+    r = _compiler.nvrtc_compile(src, (name,), ARCH, (), kernel=name)
+    return _compiler.nvrtc_compiles() - n, r
+
+
+def entry_of(cache):
+    (path,) = [p for p in (cache / "cuda").iterdir() if p.name.endswith(".nvrtc")]
+    return path
+
+
+def test_cache_directories_are_0700_and_entries_0600_whatever_the_umask(tmp_path, monkeypatch):
+    root = tmp_path / "made" / "here"
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(root))
+    old = os.umask(0)
+    try:
+        assert nvrtc_run("under_umask_0")[0] == 1
+    finally:
+        os.umask(old)
+    for d in (tmp_path / "made", root, root / "cuda"):
+        assert oct(d.stat().st_mode & 0o777) == "0o700", d
+    assert oct(entry_of(root).stat().st_mode & 0o777) == "0o600"
+    assert nvrtc_run("under_umask_0")[0] == 0  # and it is used
+
+
+def test_a_fifo_at_an_entry_path_is_a_miss_and_never_blocks(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    first = nvrtc_run("fifo_planted")[1]
+    path = entry_of(tmp_path)
+    path.unlink()
+    os.mkfifo(path)
+    out = []
+    t = threading.Thread(target=lambda: out.append(nvrtc_run("fifo_planted")), daemon=True)
+    t.start()
+    t.join(timeout=60)
+    if t.is_alive():  # blocked opening the FIFO: a writer lets it go, then fail
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        t.join(timeout=10)
+        pytest.fail("opening a FIFO at an entry's path blocked the compile")
+    ((ran, again),) = out
+    assert ran == 1 and not again.cached and again.ptx == first.ptx
+    assert path.is_file() and not path.is_symlink()  # the rewrite replaced the FIFO
+    assert nvrtc_run("fifo_planted")[0] == 0
+
+
+@pytest.mark.parametrize("target", ["a copy of the entry", "/dev/zero"])
+def test_a_symlink_at_an_entry_path_is_never_followed(tmp_path, monkeypatch, target):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path / "cache"))
+    first = nvrtc_run("linked_entry")[1]
+    path = entry_of(tmp_path / "cache")
+    if target == "/dev/zero":
+        pointee = Path("/dev/zero")
+    else:  # even a valid entry of the user's own is not read through a link
+        pointee = tmp_path / "elsewhere.nvrtc"
+        pointee.write_bytes(path.read_bytes())
+        pointee.chmod(0o600)
+    path.unlink()
+    path.symlink_to(pointee)
+    ran, again = nvrtc_run("linked_entry")
+    assert ran == 1 and not again.cached and again.ptx == first.ptx
+    assert not path.is_symlink() and path.is_file()  # the rewrite replaced the link itself
+    assert nvrtc_run("linked_entry")[0] == 0
+
+
+def test_an_entry_others_can_write_or_another_user_owns_is_a_miss(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    first = nvrtc_run("foreign_entry")[1]
+    path = entry_of(tmp_path)
+    whole = path.read_bytes()
+    for mode in (0o666, 0o620, 0o602):  # a valid checksum does not make it the user's
+        path.chmod(mode)
+        ran, again = nvrtc_run("foreign_entry")
+        assert ran == 1 and not again.cached and again.ptx == first.ptx
+        assert path.stat().st_mode & 0o777 == 0o600 and path.read_bytes() == whole
+    if os.getuid() == 0:  # only root can give a file away
+        os.chown(path, 4242, 4242)
+        ran, again = nvrtc_run("foreign_entry")
+        assert ran == 1 and not again.cached and path.stat().st_uid == 0
+    assert nvrtc_run("foreign_entry")[0] == 0
+
+
+def test_an_entry_larger_than_the_bound_is_a_miss(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    nvrtc_run("bounded_entry")
+    monkeypatch.setattr(_diskcache, "_MAX_ENTRY", entry_of(tmp_path).stat().st_size - 1)
+    assert nvrtc_run("bounded_entry")[0] == 1
+
+
+@pytest.mark.parametrize("shared", ["root", "cuda"])
+def test_a_cache_directory_others_can_write_is_not_used_with_one_warning(
+    tmp_path, monkeypatch, shared
+):
+    root = tmp_path / f"shared-{shared}"
+    (root / "cuda").mkdir(parents=True)
+    (root if shared == "root" else root / "cuda").chmod(0o777)
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(root))
+    with pytest.warns(RuntimeWarning) as caught:
+        assert nvrtc_run("shared_root")[0] == 1
+        assert nvrtc_run("shared_root")[0] == 1  # not used: NVRTC runs each time
+    assert len(caught) == 1
+    where = "it" if shared == "root" else "its cuda/"
+    assert str(caught[0].message) == (
+        f"specializer: the CUDA disk cache at {root} is not used: {where} is writable by "
+        "group or others (mode 777), and the cache is private to the user. Point "
+        "SPECIALIZER_CACHE_DIR at a directory of your own (chmod 700), or set it empty to "
+        "turn the cache off."
+    )
+    assert list((root / "cuda").iterdir()) == []
+    (root / "cuda").chmod(0o700)
+    root.chmod(0o700)  # made private: used from then on
+    assert nvrtc_run("shared_root")[0] == 1
+    assert nvrtc_run("shared_root")[0] == 0
+
+
 def test_a_struct_by_value_is_its_bytes_in_the_parameter_buffer_at_its_alignment():
     float4 = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("w", "<f4")])
     pair = np.dtype([("a", "<i4"), ("b", "<f8")], align=True)

@@ -13,6 +13,7 @@ pyopencl = pytest.importorskip("pyopencl")
 import pyopencl.array as cla  # noqa: E402
 
 from specializer.backends import opencl as cl  # noqa: E402
+from specializer.types import Struct, Weak  # noqa: E402
 
 
 @cl.kernel
@@ -59,6 +60,67 @@ def test_a_spawn_pool_launches_kernels_and_kernel_instances_on_pocl():
     assert [a.tolist() for a in filled] == [[3] * 8, [4] * 8]
     for a, got in zip((2, 3), summed):
         assert np.array_equal(got, y + np.float32(a) * x)
+
+
+def _clfunction_in_worker(job):
+    k, tt, v = job
+    hk = cl.clfunction(k, tt)
+    x = cla.zeros(cl.default_queue(), 8, np.float32)
+    hk(x, v, global_size=8)
+    return tt, x.get()
+
+
+STRUCT = np.dtype([("x", "<f4"), ("n", "<i4")])
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        cl.Array[np.float32],
+        cl.Array[np.floating],
+        cl.Array,
+        cl.Array[STRUCT],
+        cl.Buffer,
+        Weak[int],
+        Weak[float],
+        Weak,
+        Struct[STRUCT],
+        Struct,
+    ],
+    ids=repr,
+)
+def test_argument_types_pickle_to_the_same_interned_type(t):
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        assert pickle.loads(pickle.dumps(t, protocol)) is t
+
+
+def test_cuda_argument_types_pickle_to_the_same_interned_type():
+    cuda = pytest.importorskip("specializer.backends.cuda")
+    for t in (cuda.Array[np.float16], cuda.Array[np.integer], cuda.Array):
+        assert pickle.loads(pickle.dumps(t)) is t
+    assert pickle.loads(pickle.dumps(cuda.Array[np.float16])) is not cl.Array[np.float16]
+
+
+def _interned_in_worker(tt):
+    mine = (cl.Array[np.float32], cl.Array[STRUCT], Weak[int], Struct[STRUCT])
+    return [a is b for a, b in zip(tt, mine)]
+
+
+def test_argument_types_sent_to_a_spawn_worker_are_its_own_interned_types():
+    tt = (cl.Array[np.float32], cl.Array[STRUCT], Weak[int], Struct[STRUCT])
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        assert pool.map(_interned_in_worker, [tt]) == [[True] * 4]
+
+
+def test_clfunction_runs_in_a_spawn_worker_with_argument_types_from_the_parent():
+    jobs = [
+        (fill_in_worker, (cl.Array[np.float32], np.float32), np.float32(5)),
+        (fill_in_worker, (cl.Array[np.float32], Weak[float]), 6.0),
+    ]
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        results = pool.map(_clfunction_in_worker, jobs)
+    assert [tt for tt, _ in results] == [tt for _, tt, _ in jobs]  # the same types came back
+    assert [x.tolist() for _, x in results] == [[5] * 8, [6] * 8]
 
 
 def _launch_in_fork(conn):
