@@ -11,7 +11,6 @@ tracebacks and ``inspect.getsource`` show the real lines.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import itertools
@@ -20,7 +19,6 @@ import keyword
 import linecache
 import os
 import re
-import sys
 import tempfile
 import threading
 import weakref
@@ -30,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import precompile
+from . import diskcache, precompile
 
 if TYPE_CHECKING:
     import jinja2
@@ -60,20 +58,10 @@ def _templates_dir() -> Path:
 
 
 def template_cache_dir() -> Path | None:
-    """Where Jinja keeps the templates it compiled, for the next process: ``templates`` in
-    ``$SPECIALIZER_CACHE_DIR`` or the user's cache directory (``$XDG_CACHE_HOME/specializer``,
-    ``~/.cache/specializer``); ``None`` when ``SPECIALIZER_CACHE_DIR`` is "" or "0"."""
-    value = os.environ.get(CACHE_ENV_VAR)
-    if value is not None:
-        value = value.strip()
-        return None if value in ("", "0") else Path(value).expanduser() / "templates"
-    if sys.platform == "win32":
-        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
-        return base / "specializer" / "Cache" / "templates"
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "specializer" / "templates"
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return base / "specializer" / "templates"
+    """Where renders are kept for the next process: ``templates`` in the caches' directory
+    (see :mod:`specializer.diskcache`), or ``None`` when ``SPECIALIZER_CACHE_DIR`` is "" or
+    "0"."""
+    return diskcache.cache_dir("templates")
 
 
 _search_path = [str(_templates_dir())]
@@ -81,28 +69,17 @@ _ENV: list[jinja2.Environment] = []  # made at the first render: jinja2 is not i
 
 
 def _environment() -> jinja2.Environment:
-    """The Jinja environment, made on first use. Its templates are compiled once per machine,
-    not once per process: Jinja's bytecode cache keeps the compiled code in
-    :func:`template_cache_dir`, keyed by each template's source (a changed template compiles
-    again). A directory that cannot be made leaves the cache off; rendering never fails for it."""
+    """The Jinja environment, made on first use (a process whose renders are all on disk never
+    imports Jinja: see :func:`render`)."""
     if _ENV:
         return _ENV[0]
     with _lock:
         if not _ENV:
             import jinja2
 
-            cache = None
-            d = template_cache_dir()
-            if d is not None:
-                try:
-                    d.mkdir(parents=True, exist_ok=True)
-                    cache = jinja2.FileSystemBytecodeCache(str(d))
-                except OSError:
-                    cache = None
             _ENV.append(
                 jinja2.Environment(
                     loader=jinja2.FileSystemLoader(_search_path),
-                    bytecode_cache=cache,
                     undefined=jinja2.StrictUndefined,
                     autoescape=False,
                     keep_trailing_newline=True,
@@ -213,29 +190,24 @@ def render(template: str, **params: Any) -> str:
     of a process's cold start before its first launch."""
     for k, v in params.items():
         _check_param(k, v)
-    d = template_cache_dir()
+    d = diskcache.private_dir("templates", create=True)
     if d is None:
         return _environment().get_template(template).render(**params)
     blob = json.dumps([_templates_identity(), template, params], sort_keys=True)
-    path = d / f"{hashlib.sha256(blob.encode()).hexdigest()}.py"
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, ValueError):
-        pass
-    source = _environment().get_template(template).render(**params)
-    try:  # a whole file or none (renamed into place); a cache that cannot be written is off
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".render.", suffix=".tmp")
+    filename = f"{hashlib.sha256(blob.encode()).hexdigest()}.py"
+    data = diskcache.read_private(d / filename, _MAX_RENDER)
+    if data is not None:
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-                f.write(source)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
-    except OSError:
-        pass
+            return data.decode("utf-8")
+        except UnicodeDecodeError:  # damaged: rendered and written again
+            pass
+    source = _environment().get_template(template).render(**params)
+    diskcache.write_private(d, filename, source.encode("utf-8"))
     return source
+
+
+#: bytes: a render kept on disk larger than this is not read
+_MAX_RENDER = 1 << 22
 
 
 _IDENTITY: list[str] = []

@@ -66,3 +66,56 @@ def test_an_unwritable_cache_directory_leaves_rendering_working(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     assert _run(PROGRAM, blocker).startswith("True\n")
+
+
+def _planted(tmp_path, how):
+    """Render once, then replace the kept render with code of someone else's making, in the
+    way ``how`` says; a later process must render afresh and never exec the planted code."""
+    code = textwrap.dedent("""
+        import sys
+        from specializer import codegen
+        codegen.add_template_dir(sys.argv[1])
+        print(codegen.render("mine.py.j2", n=3), end="")
+    """)
+    templates = tmp_path / "tpl"
+    templates.mkdir()
+    (templates / "mine.py.j2").write_text("x = {{ n }}\n")
+    cache = tmp_path / "cache"
+    assert _run(code, cache, str(templates)) == "x = 3\n"
+    (kept,) = (cache / "templates").glob("*.py")
+    planted = "import os; os._exit(3)\n"
+    kept.unlink()
+    if how == "writable":
+        kept.write_text(planted)
+        kept.chmod(0o666)
+    elif how == "symlink":
+        other = tmp_path / "elsewhere.py"
+        other.write_text(planted)
+        kept.symlink_to(other)
+    elif how == "fifo":
+        os.mkfifo(kept)
+    return _run(code, cache, str(templates))
+
+
+def test_a_kept_render_writable_by_others_is_not_read(tmp_path):
+    assert _planted(tmp_path, "writable") == "x = 3\n"
+
+
+def test_a_kept_render_that_is_a_symlink_is_not_followed(tmp_path):
+    assert _planted(tmp_path, "symlink") == "x = 3\n"
+
+
+def test_a_fifo_at_a_kept_render_does_not_block(tmp_path):
+    assert _planted(tmp_path, "fifo") == "x = 3\n"
+
+
+def test_the_template_cache_directory_is_private_whatever_the_umask(tmp_path):
+    code = (
+        "import os; os.umask(0); from specializer import codegen; "
+        "codegen.render('lookup.py.j2', name='f', entries=2)"
+    )
+    _run(code, tmp_path / "c")
+    for d in (tmp_path / "c", tmp_path / "c" / "templates"):
+        assert (d.stat().st_mode & 0o777) == 0o700
+    for f in (tmp_path / "c" / "templates").iterdir():
+        assert (f.stat().st_mode & 0o077) == 0

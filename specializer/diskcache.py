@@ -1,0 +1,180 @@
+"""Files a process keeps for the next one, private to the user and never trusted blindly.
+
+Two caches use it: the CUDA back-end's NVRTC output and :mod:`specializer.codegen`'s rendered
+templates (Python source that is exec'd, so a planted file must never be read). Both live in
+``$SPECIALIZER_CACHE_DIR/<name>``, or under the user's cache directory
+(``$XDG_CACHE_HOME/specializer`` or ``~/.cache/specializer`` on Linux,
+``~/Library/Caches/specializer`` on macOS, ``%LOCALAPPDATA%\\specializer\\Cache`` on Windows);
+``SPECIALIZER_CACHE_DIR=`` (empty) or ``=0`` turns them off. The variable is read at each use.
+
+Private to the user: the directories made here are ``0700`` whatever the umask (set after
+``mkdir``, which the umask can only narrow). A directory made elsewhere is used only when it is
+the user's own and writable by no one else: a shared one (``/tmp`` itself, say) turns that
+cache off with one warning. A file is read only when it is a regular file owned by the user
+that no one else can write; it is opened without following a symlink and without blocking (a
+FIFO planted at its path opens at once and is refused), and read with a bound on its size.
+Anything else is a miss, and the caller's write replaces it: a file is written to a temporary
+``0600`` file beside it and renamed over it, so a reader sees a whole file or none. A cache that
+cannot be read or written is no cache: nothing here raises.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+__all__ = ["ENV_VAR", "cache_dir", "default_dir", "private_dir", "read_private", "write_private"]
+
+#: the environment variable naming the caches' directory ("" or "0": off)
+ENV_VAR = "SPECIALIZER_CACHE_DIR"
+
+#: opening a file: never through a symlink, never waiting for a writer (a FIFO)
+_OPEN_FLAGS = (
+    os.O_RDONLY
+    | getattr(os, "O_NOFOLLOW", 0)
+    | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+#: how a warning names each cache
+_LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
+_warned: set[tuple[str, str]] = set()  # the roots already warned about, one warning each
+_warned_lock = threading.Lock()
+
+
+def default_dir() -> Path:
+    """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset: under the user's cache
+    directory."""
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "specializer" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "specializer"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "specializer"
+
+
+def cache_dir(name: str) -> Path | None:
+    """The directory of the cache ``name`` (``"cuda"``, ``"templates"``), or ``None`` when the
+    caches are off."""
+    value = os.environ.get(ENV_VAR)
+    if value is None:
+        return default_dir() / name
+    value = value.strip()
+    if value in ("", "0"):
+        return None
+    return Path(value).expanduser() / name
+
+
+def _not_private(st: os.stat_result, kind: int) -> str | None:
+    """Why a file of status ``st`` is not the user's own of ``kind`` (``stat.S_IFDIR``,
+    ``stat.S_IFREG``) that no one else can write; ``None`` when it is. (Windows: the user's
+    profile directory keeps the cache private, and there is no owner or mode to check.)"""
+    if stat.S_IFMT(st.st_mode) != kind:
+        return "is not a directory" if kind == stat.S_IFDIR else "is not a regular file"
+    if not hasattr(os, "getuid"):
+        return None
+    if st.st_uid != os.getuid():
+        return f"belongs to another user (uid {st.st_uid})"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+def _refuse(root: Path, name: str, why: str) -> None:
+    """Warn, once per root and process, that the cache at ``root`` is not used."""
+    with _warned_lock:
+        if (str(root), name) in _warned:
+            return
+        _warned.add((str(root), name))
+    warnings.warn(
+        f"specializer: the {_LABELS.get(name, name)} at {root} is not used: {why}, and the "
+        f"cache is private to the user. Point {ENV_VAR} at a directory of your own (chmod 700), or "
+        "set it empty to turn the cache off.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
+def private_dir(name: str, create: bool) -> Path | None:
+    """The directory of the cache ``name`` when it is private to the user, creating it (and
+    any missing parent) ``0700`` when ``create``; ``None``: off, missing or not private."""
+    d = cache_dir(name)
+    if d is None:
+        return None
+    if create:
+        missing = []
+        p = d
+        while not os.path.lexists(p) and p.parent != p:
+            missing.append(p)
+            p = p.parent
+        try:
+            for p in reversed(missing):
+                try:
+                    os.mkdir(p, 0o700)
+                except FileExistsError:  # made by another process meanwhile: checked below
+                    continue
+                os.chmod(p, 0o700)  # the umask may have narrowed it, never widened: exactly
+        except OSError:
+            return None
+    try:
+        root = os.stat(d.parent)  # the root may be a symlink the user made
+        own = os.lstat(d)  # the cache's own directory: never a symlink
+    except OSError:
+        return None
+    for what, st in (("it", root), (f"its {name}/", own)):
+        why = _not_private(st, stat.S_IFDIR)
+        if why is not None:
+            _refuse(d.parent, name, f"{what} {why}")
+            return None
+    return d
+
+
+def read_private(path: Path, max_size: int) -> bytes | None:
+    """The bytes of the file at ``path`` if it is a regular file of the user's that no one
+    else can write, at most ``max_size`` of them; ``None`` otherwise."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
+        return None
+    try:
+        st = os.fstat(fd)
+        if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
+            return None
+        chunks, left = [], st.st_size + 1  # one byte more: a file grown meanwhile is seen
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        return None if len(data) > st.st_size else data
+    except (OSError, MemoryError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def write_private(directory: Path, filename: str, data: bytes) -> bool:
+    """Write ``directory/filename`` whole (``0600``, renamed into place); whether it was
+    written (never raises: a cache that cannot be written is no cache)."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:16]}.", suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, directory / filename)  # replaces whatever was there, FIFO or link
+        return True
+    except OSError:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        return False
