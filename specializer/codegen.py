@@ -23,9 +23,10 @@ import tempfile
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from . import diskcache, precompile
@@ -256,7 +257,7 @@ def generate(
     namespace: Mapping[str, Any],
     specialization: str,
     **params: Any,
-) -> Callable[..., Any]:
+) -> FunctionType:
     """Render ``template`` as a function named from ``name_parts``, exec it with ``namespace``
     as its globals, register its source, and return it.
 
@@ -271,6 +272,8 @@ def generate(
         exec(code, glb)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         fn = glb[name]
+        if not isinstance(fn, FunctionType):
+            raise TypeError(f"template {template} must define a function named {name}")
         _generated[name] = (next(_serial), GeneratedSource(name, source, template, specialization))
         weakref.finalize(fn, _forget, name, filename)
     return fn

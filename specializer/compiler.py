@@ -75,6 +75,9 @@ class Backend(ABC):
         """Make ``artifact`` usable in ``context``; the result is cached per context."""
 
 
+#: A dispatch compiled code depends on: (generic function, argument types, the method chosen).
+Dependency = tuple[GenericFunction, tuple[type, ...], Method]
+
 _config_keys: dict[tuple[int, Hashable], int] = {}
 _config_lock = threading.Lock()
 
@@ -195,7 +198,7 @@ def compile_count() -> int:
     return _compiles
 
 
-def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, ...], Method]]:
+def _dependencies(job: CompilerJob) -> list[Dependency]:
     """Every dispatch the job's code depends on: the kernel's own, then its callees' (each a
     nullary dispatch of a device function), transitively. Sets ``job.callees``."""
     deps = [(job.mi.method.gf, job.mi.tt, job.mi.method)]
@@ -221,7 +224,7 @@ def _dependencies(job: CompilerJob) -> list[tuple[GenericFunction, tuple[type, .
     return deps
 
 
-def _compile(job: CompilerJob) -> tuple[CodeInstance, list[tuple[GenericFunction, tuple, Method]]]:
+def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
     global _compiles
     with _world.lock():
         _world.settle()
@@ -237,9 +240,7 @@ def _key(mi: MethodInstance, config: CompilerConfig) -> tuple[MethodInstance, in
     return (mi, config._key)
 
 
-def _store(
-    job: CompilerJob, ci: CodeInstance, deps: list[tuple[GenericFunction, tuple, Method]]
-) -> None:
+def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
     """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used: the
     edges and the cache entry in one commit, so no interrupt leaves code in the cache that no
     definition could end."""
@@ -249,7 +250,7 @@ def _store(
 
 
 def _store_plan(
-    job: CompilerJob, ci: CodeInstance, deps: list[tuple[GenericFunction, tuple, Method]]
+    job: CompilerJob, ci: CodeInstance, deps: list[Dependency]
 ) -> list[Callable[[], object]]:
     key = _key(job.mi, job.config)
     entry = (ci, *_cache.get(key, ()))
@@ -293,10 +294,15 @@ def _sweep(ended: list[Any]) -> None:
         entries[key] = tuple(c for c in entries.get(key, _cache.get(key, ())) if c is not ci)
         ops.append(partial(_retained.pop, ci, None))
     for key, kept in entries.items():
-        ops.append(
-            partial(_cache.__setitem__, key, kept) if kept else partial(_cache.pop, key, None)
-        )
+        if kept:
+            ops.append(partial(_cache.__setitem__, key, kept))
+        else:
+            ops.append(partial(_forget_entry, key))
     _world.commit(ops)
+
+
+def _forget_entry(key: tuple[MethodInstance, int]) -> None:
+    _cache.pop(key, None)  # idempotent, as a planned step must be
 
 
 _on_invalidate.append(_sweep)

@@ -44,7 +44,7 @@ from .types import type_name
 
 __all__ = ["ENTRIES", "cached_lookup", "forget_key", "specialize"]
 
-V = TypeVar("V")
+R = TypeVar("R")
 
 #: How many recent results each specialized lookup keeps.
 ENTRIES = 4
@@ -60,11 +60,16 @@ class _Spec:
     def __init__(self, V: type, what: str) -> None:
         self.V = V
         self.what = what
-        self.fn: FunctionType | None = None
+        self.fn: FunctionType | None = None  # set once the function is made (it refers to this)
+
+    def function(self) -> FunctionType:
+        if self.fn is None:
+            raise RuntimeError(f"the lookup for {self.what} is not made yet")
+        return self.fn
 
 
 def _entries(fn: FunctionType) -> list[tuple[int, Any, Any]]:
-    _, w0, k0, r0, older = fn.__defaults__
+    _, w0, k0, r0, older = fn.__defaults__ or ()
     flat = (w0, k0, r0, *older)
     return [flat[i : i + 3] for i in range(0, len(flat), 3) if flat[i] is not _EMPTY]
 
@@ -86,7 +91,7 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
     if not bypass:
         # The hit compared worlds by identity; an equal world held by another int object
         # (stored by a pinned task, or read while pinned) is the same world.
-        for ew, ek, er in _entries(spec.fn):
+        for ew, ek, er in _entries(spec.function()):
             if ew == w and (ek is key or ek == key):
                 return er
     try:
@@ -110,7 +115,7 @@ def _others(fn: FunctionType, w: Any, key: Any) -> list[tuple[Any, Any, Any]]:
 
 
 def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
-    fn = spec.fn
+    fn = spec.function()
     with _lock:  # publishers only; a hit never takes it (straight-line: see world)
         kept = _others(fn, w, key)
         fn.__defaults__ = _defaults([(w, key, result), *kept][:ENTRIES])  # one publishing store
@@ -132,7 +137,7 @@ def forget_key(part: Any) -> None:
             fn.__defaults__ = _defaults([e for e in entries if not named(e[1])])
 
 
-_specializations: dict[tuple[int, Any, tuple[type, ...], type, type], Callable[..., Any]] = {}
+_specializations: dict[tuple[int, Any, tuple[type, ...], type, type], FunctionType] = {}
 #: Per call site (``id`` of its code object): a weak reference to the code, whose callback
 #: releases the site's specialized functions (and so their cached results) when the code is
 #: gone, and the keys of those functions in ``_specializations``. Keyed by ``id``, which stays
@@ -234,14 +239,16 @@ def specialize(
     return fn
 
 
-def cached_lookup(lookup: Callable[[], V], V: type[V], F: Any, tt: tuple[type, ...], key: Any) -> V:
+def cached_lookup(lookup: Callable[[], R], V: type[R], F: Any, tt: tuple[type, ...], key: Any) -> R:
     """Run ``lookup()`` and remember its result per (``lookup.__code__``, ``F``, ``tt``,
     ``type(key)``, ``V``), reusing it while the task's world and ``key`` are the same.
 
     Equivalent to ``specialize(lookup, V, F, tt, type(key))(key, lookup)``.
     """
+    fn: Callable[[Any, Callable[[], R]], R]
     try:
         fn = _specializations[id(lookup.__code__), F, tt, type(key), V]
     except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
         fn = specialize(lookup, V, F, tt, type(key))
-    return fn(key, lookup)
+    result: R = fn(key, lookup)
+    return result
