@@ -17,6 +17,9 @@ Kernel arguments (SPEC section 8): ``pyopencl.array.Array`` (``Array[dtype]``, i
 (``Image``), ``pyopencl.Sampler`` (``Sampler``), numpy scalars (their exact type, a subclass its
 numpy base), numpy structured scalars and 0-d arrays of one (``Struct[dtype]``, by value), and
 Python ``int``/``float``/``bool`` (weak: they take the type the method declares, range-checked).
+The slow path checks what no launch after it does: that arrays, buffers, images and samplers
+are of the queue's context, and, when a kernel is linked, each kernel parameter's type as the
+device reports it (kernel argument info) against the method's argument type.
 
 Design notes on the launch path. pyopencl's ``Kernel.set_arg`` on a numpy scalar tries several
 casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (raw bytes:
@@ -603,7 +606,9 @@ class OpenCLBackend(Backend):
     def _build(self, job: CompilerJob, source: str, context: cl.Context) -> _Built:
         options = tuple(job.config.options)
         build = _build_options_for(options, context)
-        key = (source, build, _headers_digest(source, build))
+        # The user's options: what building adds to them is the same for every program of
+        # the context, but for -I directories made absolute, which the digest names.
+        key = (source, options, _headers_digest(source, build))
         with _programs_lock:
             table = _programs.get(context)
             if table is None:
