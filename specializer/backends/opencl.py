@@ -715,7 +715,7 @@ def _param_mismatch(t: type, kind: str, size: int) -> str | None:
     if t is Sampler:
         return None if kind == "sampler" else "a sampler is a sampler_t parameter"
     if kind in ("image", "sampler", "__global", "__constant", "__local"):
-        return "a value by value is no pointer, image or sampler"
+        return "a value passed by value cannot be a pointer, an image or a sampler"
     if isinstance(t, type) and issubclass(t, Struct):
         nbytes = t.dtype.itemsize
         return None if nbytes == size else f"they differ in size ({nbytes} and {size} bytes)"
