@@ -17,6 +17,9 @@ Kernel arguments (SPEC section 8): ``pyopencl.array.Array`` (``Array[dtype]``, i
 (``Image``), ``pyopencl.Sampler`` (``Sampler``), numpy scalars (their exact type, a subclass its
 numpy base), numpy structured scalars and 0-d arrays of one (``Struct[dtype]``, by value), and
 Python ``int``/``float``/``bool`` (weak: they take the type the method declares, range-checked).
+The slow path checks what no launch after it does: that arrays, buffers, images and samplers
+are of the queue's context, and, when a kernel is linked, each kernel parameter's type as the
+device reports it (kernel argument info) against the method's argument type.
 
 Design notes on the launch path. pyopencl's ``Kernel.set_arg`` on a numpy scalar tries several
 casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (raw bytes:
@@ -34,6 +37,7 @@ object is launched with another one (or the kernel is released).
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import threading
@@ -48,9 +52,16 @@ import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
-from .. import launching
+from .. import includes, launching
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
-from ..kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup, unsupported_argument
+from ..kernels import (
+    SCALAR_TYPES,
+    Definitions,
+    Kernel,
+    KernelInstance,
+    uncached_lookup,
+    unsupported_argument,
+)
 from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
 
 __all__ = [
@@ -141,14 +152,35 @@ _GUARD_CLASS: dict[type, type] = {
 _array_types: dict[np.dtype, type[DeviceArray]] = {}
 
 
+def _foreign_order(dtype: np.dtype, path: str = "") -> str | None:
+    """Where ``dtype`` holds a value in non-native byte order (``''`` for the dtype itself,
+    else the field's path, ``'a.b'``), or None. Fields and subarrays are looked into:
+    numpy's ``isnative`` says True of a big-endian subarray field."""
+    if dtype.subdtype is not None:
+        return _foreign_order(dtype.subdtype[0], path)
+    if dtype.names is not None:
+        for name in dtype.names:
+            found = _foreign_order(dtype.fields[name][0], f"{path}.{name}" if path else name)
+            if found is not None:
+                return found
+        return None
+    return None if dtype.isnative else path
+
+
+def _byte_order_error(what: str, dtype: np.dtype, where: str, fix: str) -> ValueError:
+    field = f" (field {where!r})" if where else ""
+    return ValueError(
+        f"{what} of dtype {dtype} has a value in non-native byte order{field}: kernels read "
+        f"native-order values; pass {fix}.astype({fix}.dtype.newbyteorder('='))"
+    )
+
+
 def _array_type(dtype: np.dtype) -> type[DeviceArray]:
     t = _array_types.get(dtype)
     if t is None:
-        if not dtype.isnative:
-            raise ValueError(
-                f"an array of dtype {dtype.str} (non-native byte order): kernels read "
-                "native-order values; pass arr.astype(arr.dtype.newbyteorder('='))"
-            )
+        where = _foreign_order(dtype)
+        if where is not None:
+            raise _byte_order_error("an array", dtype, where, "arr")
         t = _array_types.setdefault(dtype, Array[dtype])
     return t
 
@@ -179,6 +211,9 @@ def typeof(value: Any) -> type:
                 f"a numpy void scalar of dtype {value.dtype} has no fields: a struct by value "
                 "is a structured scalar (np.void of a structured dtype, or a 0-d array of one)"
             )
+        where = _foreign_order(value.dtype)
+        if where is not None:
+            raise _byte_order_error("a struct by value", value.dtype, where, "value")
         return Struct[value.dtype]
     if isinstance(value, np.generic):
         base = _scalar_base(value.__class__)
@@ -385,7 +420,9 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
     )
 
 
-_FAILURES = (cl.Error, struct.error, OverflowError, TypeError)
+# RuntimeError: pyopencl's std::bad_cast for a work size past size_t (an int global_size is
+# not range-checked before the enqueue: checking costs every launch, a failure only itself)
+_FAILURES = (cl.Error, struct.error, OverflowError, TypeError, RuntimeError)
 
 
 def _failed(
@@ -397,6 +434,11 @@ def _failed(
 ) -> None:
     """Say which argument a failed launch could not set, or which work size the device
     refused, and why (raises; returns only for another failure, to re-raise it as it is)."""
+    if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
+        try:
+            _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it
+        except ValueError as e:
+            raise e from None
     if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
         raise ValueError(
             f"the device refused local_size={local_size!r} with global_size={global_size!r} "
@@ -483,12 +525,54 @@ def _device_names() -> set[str]:
     return {name for (_, name, cls) in list(_definitions._table) if cls is not Kernel}
 
 
-# One program per (context, source, build options): kernels whose methods return the same
-# source are built once. Kept weakly: a program lives while a linked kernel uses it.
+# One program per (context, source, build options, the user headers it includes): kernels
+# whose methods return the same source are built once. Kept weakly: a program lives while
+# a linked kernel uses it.
 _programs: weakref.WeakKeyDictionary[cl.Context, weakref.WeakValueDictionary] = (
     weakref.WeakKeyDictionary()
 )
 _programs_lock = threading.Lock()
+
+
+_ARG_INFO = "-cl-kernel-arg-info"
+
+
+def _build_options_for(options: tuple[str, ...], context: cl.Context) -> tuple[str, ...]:
+    """The options a program is built with: ``-I`` directories made absolute (pyopencl and
+    the device compiler would resolve a relative one against whatever directory they run
+    in), and ``-cl-kernel-arg-info`` where every device of the context takes it (OpenCL
+    1.2 and later), for :func:`_check_params`."""
+    out: list[str] = []
+    it = iter(options)
+    for o in it:
+        if o == "-I":
+            d = next(it, None)
+            out += ["-I"] if d is None else ["-I", os.path.abspath(d)]
+        elif o.startswith("-I"):
+            out.append("-I" + os.path.abspath(o[2:]))
+        else:
+            out.append(o)
+    if _ARG_INFO not in out and all(_opencl_version(d) >= (1, 2) for d in context.devices):
+        out.append(_ARG_INFO)
+    return tuple(out)
+
+
+def _opencl_version(device: cl.Device) -> tuple[int, int]:
+    m = re.match(r"OpenCL (\d+)\.(\d+)", device.version)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
+    """What the user headers ``source`` includes hold (SPEC 3): the contents of each file
+    it includes from the ``-I`` directories and the current directory, recursively. PoCL
+    searches the current directory first (it adds ``-I.``); other compilers may search it
+    last or not at all: both orders are keyed, so a header found either way counts."""
+    dirs = includes.include_dirs(build)
+    cwd = os.getcwd()
+    return (
+        includes.digest(source, [cwd, *dirs]),
+        includes.digest(source, [*dirs, cwd]),
+    )
 
 
 class _Built:
@@ -507,20 +591,34 @@ class OpenCLBackend(Backend):
     name = "opencl"
 
     def compile(self, job: CompilerJob) -> OpenCLSource:
-        return OpenCLSource(job.name, "\n\n".join(job.device_sources()))
+        sources = job.device_sources()
+        for mi, text in zip((*job.callees, job.mi), sources):
+            if "\0" in text:  # the OpenCL compiler would build the text before it alone
+                line = text.count("\n", 0, text.index("\0")) + 1
+                what = "kernel" if mi is job.mi else "device function"
+                raise CompileError(
+                    f"the source of OpenCL {what} {launching.signature(mi.method.gf.name, mi.tt)}"
+                    f" has a NUL character on its line {line}: OpenCL C source is text, and "
+                    "a compiler would read it only up to there"
+                )
+        return OpenCLSource(job.name, "\n\n".join(sources))
 
     def _build(self, job: CompilerJob, source: str, context: cl.Context) -> _Built:
         options = tuple(job.config.options)
+        build = _build_options_for(options, context)
+        # The user's options: what building adds to them is the same for every program of
+        # the context, but for -I directories made absolute, which the digest names.
+        key = (source, options, _headers_digest(source, build))
         with _programs_lock:
             table = _programs.get(context)
             if table is None:
                 table = _programs[context] = weakref.WeakValueDictionary()
-            built = table.get((source, options))
+            built = table.get(key)
         if built is not None:
             return built
         program = cl.Program(context, source)
         try:
-            program.build(options=list(options))
+            program.build(options=list(build))
         except cl.Error as e:
             log = _build_log(program, context, e)
             raise CompileError(
@@ -531,7 +629,7 @@ class OpenCLBackend(Backend):
         raw = program._get_prg()
         built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
         with _programs_lock:
-            built = table.setdefault((source, options), built)
+            built = table.setdefault(key, built)
         return built
 
     def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
@@ -557,7 +655,117 @@ class OpenCLBackend(Backend):
                 f"signature {signature} has {len(job.mi.tt)} (captured values count): "
                 "annotate one parameter per kernel parameter"
             )
+        _check_params(job, knl, ctx)
         return LinkedKernel(job.name, job.mi.tt, context, built, knl, artifact.source)
+
+
+# The kernel's own parameter types (SPEC 8), from kernel argument info: OpenCL C's scalar
+# types (vectors of them: the size times 2, 3 (as 4), 4, 8 or 16), and what kind each is.
+_SCALAR_PARAMS: dict[str, tuple[str, int]] = {
+    **{n: ("int", 1) for n in ("char", "uchar", "signed char", "unsigned char", "bool")},
+    **{n: ("int", 2) for n in ("short", "ushort", "unsigned short")},
+    **{n: ("int", 4) for n in ("int", "uint", "unsigned int", "unsigned")},
+    **{n: ("int", 8) for n in ("long", "ulong", "unsigned long")},
+    "half": ("float", 2),
+    "float": ("float", 4),
+    "double": ("float", 8),
+}
+_ADDRESS_BITS_PARAMS = ("size_t", "ptrdiff_t", "intptr_t", "uintptr_t")
+_VECTOR = re.compile(r"([a-z]+)(2|3|4|8|16)")
+_POINTERS = {
+    cl.kernel_arg_address_qualifier.GLOBAL: "__global",
+    cl.kernel_arg_address_qualifier.CONSTANT: "__constant",
+    cl.kernel_arg_address_qualifier.LOCAL: "__local",
+}
+
+
+def _param_kind(name: str, address: int, address_bits: int) -> tuple[str, int]:
+    """(kind, size) of a kernel parameter of type ``name`` in address space ``address``:
+    kind is "image", "sampler", "__global"/"__constant"/"__local" (a pointer), "int" or
+    "float" (a scalar), "vector", or "unknown" (a struct, a typedef: nothing is checked)."""
+    name = " ".join(name.split())
+    if name.startswith("image") and name.endswith("_t"):
+        return "image", 0
+    if name == "sampler_t":
+        return "sampler", 0
+    if name.endswith("*") or address in _POINTERS:
+        return _POINTERS.get(address, "__global"), 0
+    if name in _SCALAR_PARAMS:
+        return _SCALAR_PARAMS[name]
+    if name in _ADDRESS_BITS_PARAMS:
+        return "int", address_bits // 8
+    m = _VECTOR.fullmatch(name)
+    if m and m.group(1) in _SCALAR_PARAMS:
+        n = int(m.group(2))
+        return "vector", _SCALAR_PARAMS[m.group(1)][1] * (4 if n == 3 else n)
+    return "unknown", 0
+
+
+def _param_mismatch(t: type, kind: str, size: int) -> str | None:
+    """Why an argument of type ``t`` cannot be a parameter of (kind, size), or None when it
+    can (or may: only clear mismatches are refused)."""
+    if kind == "unknown":
+        return None
+    if isinstance(t, type) and issubclass(t, (Array, Buffer)):
+        return None if kind in ("__global", "__constant") else "a buffer is a __global pointer"
+    if t is LocalMemory:
+        return None if kind == "__local" else "local memory is a __local pointer"
+    if t is Image:
+        return None if kind == "image" else "an image is an image parameter"
+    if t is Sampler:
+        return None if kind == "sampler" else "a sampler is a sampler_t parameter"
+    if kind in ("image", "sampler", "__global", "__constant", "__local"):
+        return "a value passed by value cannot be a pointer, an image or a sampler"
+    if isinstance(t, type) and issubclass(t, Struct):
+        nbytes = t.dtype.itemsize
+        return None if nbytes == size else f"they differ in size ({nbytes} and {size} bytes)"
+    if not (isinstance(t, type) and issubclass(t, np.generic)):
+        return None
+    dt = np.dtype(t)
+    if dt.itemsize != size:
+        return f"they differ in size ({dt.itemsize} and {size} bytes)"
+    if kind == "vector":
+        return None
+    arg_kind = {"f": "floating-point", "c": "complex"}.get(dt.kind, "integer")
+    if arg_kind != {"float": "floating-point"}.get(kind, "integer"):
+        return f"the argument is of a {arg_kind} type, the parameter is not"
+    return None
+
+
+def _check_params(job: CompilerJob, knl: Any, context: cl.Context) -> None:
+    """Each kernel parameter's type, as the device reports it, against the argument type
+    the method's signature gives it (SPEC 8): a clear mismatch in kind or size is a
+    TypeError, before anything is enqueued. Once per linked kernel (a miss); devices that
+    report no argument info are not checked."""
+    address_bits = min(d.address_bits for d in context.devices)
+    info = cl.kernel_arg_info
+    for i, t in enumerate(job.mi.tt):
+        try:
+            name = knl.get_arg_info(i, info.TYPE_NAME)
+            address = knl.get_arg_info(i, info.ADDRESS_QUALIFIER)
+        except cl.Error:  # no argument info: built without -cl-kernel-arg-info
+            return
+        why = _param_mismatch(t, *_param_kind(name, address, address_bits))
+        if why is None:
+            continue
+        try:
+            pname = knl.get_arg_info(i, info.NAME)
+        except cl.Error:
+            pname = ""
+        space = _POINTERS.get(address, "")
+        declared = f"{space} {name}" if space and "*" in name else name
+        theirs = type_name(t)
+        if isinstance(t, type) and issubclass(t, np.generic):
+            try:
+                theirs += f" (OpenCL C {_c_type(t)[0]})"
+            except TypeError:  # a type OpenCL C does not spell
+                pass
+        raise TypeError(
+            f"kernel {launching.signature(job.name, job.mi.tt)}: parameter {i}"
+            f"{f' ({pname})' if pname else ''} is declared {declared!r} in the kernel source, "
+            f"but the method's signature gives it {theirs}: {why}. Make the annotation match "
+            "the C declaration (or the declaration the annotation); nothing was launched"
+        )
 
 
 BACKEND = OpenCLBackend()
@@ -723,6 +931,9 @@ def _forget(ck: _ContextKey) -> None:
         linked.pool.clear()  # a launch still running with it takes a new kernel object
 
 
+_SIZE_MAX = int(np.iinfo(np.uintp).max)  # the host's size_t, which pyopencl converts to
+
+
 def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         v = (v,)
@@ -738,6 +949,11 @@ def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
             raise ValueError(
                 f"{what} must be {'positive' if least else 'non-negative'} in every dimension, "
                 f"got {tuple(v)!r}"
+            )
+        if d > _SIZE_MAX:
+            raise ValueError(
+                f"{what} {tuple(v)!r} is out of range: a work size is a size_t, at most "
+                f"2**{_SIZE_MAX.bit_length()} - 1 in each dimension"
             )
         out.append(int(d))
     return tuple(out)
@@ -844,6 +1060,13 @@ class _OpenCLLauncher(launching.Launcher):
             raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
         return queue, opts
 
+    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict) -> Any:
+        # The slow path of a launch also checks that no argument lives in another context
+        # than the queue's (what a launch with its front entry, for the same queue and
+        # argument types, no longer checks).
+        _check_contexts(self.resolve(opts[: len(self.options)])[0], f, args)
+        return super().miss(f, args, opts, kw)
+
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
 
@@ -896,6 +1119,32 @@ class _OpenCLLauncher(launching.Launcher):
 
 
 _launcher = _OpenCLLauncher(_definitions)
+
+
+def _check_contexts(queue: cl.CommandQueue, f: Any, args: tuple[Any, ...]) -> None:
+    """A launch's arrays, buffers, images and samplers (captured ones too) must be of the
+    queue's context: a ValueError naming the argument (OpenCL would run the kernel on them,
+    and plain pyopencl does not check either)."""
+    ctx = queue.context.int_ptr
+    captured = f.values if isinstance(f, KernelInstance) else ()
+    for what, values in (("captured value", captured), ("argument", args)):
+        for i, v in enumerate(values):
+            if not isinstance(v, (cla.Array, _cl.MemoryObjectHolder, _cl.Sampler)):
+                continue
+            try:
+                other = v.context
+            except cl.Error:
+                continue
+            if other is not None and other.int_ptr != ctx:
+                kind = "an array" if isinstance(v, cla.Array) else f"a {type(v).__name__}"
+                name = f.name if isinstance(f, Kernel) else f.kernel.name
+                counted = "" if what == "captured value" else " (counting launch arguments from 0)"
+                raise ValueError(
+                    f"{what} {i} of kernel {name}{counted} is {kind} of {other!r}, but the "
+                    f"queue is in {queue.context!r}: a kernel can use only memory of its "
+                    "queue's context: make it on a queue of that context, or launch on a "
+                    "queue of its context"
+                )
 
 
 def clfunction(
