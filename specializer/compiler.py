@@ -74,6 +74,13 @@ class Backend(ABC):
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
         """Make ``artifact`` usable in ``context``; the result is cached per context."""
 
+    def relink(self, job: CompilerJob, artifact: Artifact, context: Hashable, linked: Any) -> Any:
+        """A lookup in another world than ``linked`` was last checked in (after a definition
+        or ``bump()``): what to use now. Code that depends only on definitions is the same
+        (the default returns ``linked``); a back-end whose built code depends on files (the
+        headers a source includes) checks them here and builds again if one changed."""
+        return linked
+
 
 #: A dispatch compiled code depends on: (generic function, argument types, the method chosen).
 Dependency = tuple[GenericFunction, tuple[type, ...], Method]
@@ -160,7 +167,8 @@ class CodeInstance:
         self.artifact = artifact
         self.min_world = min_world
         self.max_world = _world.WORLD_MAX
-        self.linked: dict[Hashable, Any] = {}
+        #: context -> (the world it was linked or last checked in, what link returned)
+        self.linked: dict[Hashable, tuple[int, Any]] = {}
 
     def valid(self, world: int) -> bool:
         return self.min_world <= world <= self.max_world
@@ -324,13 +332,24 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
             ci, deps = _compile(job)
         if _world.STATE.blocks:  # a block of some kind is active
             _run_hooks(job, ci)
-        linked = ci.linked.get(context)
-        if linked is None:
-            linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
-            ci.linked[context] = linked
+        linked = _linked(job, ci, context)
         if deps is not None:
             _store(job, ci, deps)
     return ci, linked
+
+
+def _linked(job: CompilerJob, ci: CodeInstance, context: Hashable) -> Any:
+    """``ci`` linked for ``context``: linked on a miss; checked again by the back-end
+    (:meth:`Backend.relink`) in another world than it was last checked in."""
+    entry = ci.linked.get(context)
+    if entry is None:
+        linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
+    elif entry[0] != job.world:
+        linked = job.config.backend.relink(job, ci.artifact, context, entry[1])
+    else:
+        return entry[1]
+    ci.linked[context] = (job.world, linked)
+    return linked
 
 
 def forget_context(context: Hashable) -> list[Any]:
@@ -344,9 +363,9 @@ def forget_context(context: Hashable) -> list[Any]:
     ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
     dropped = []
     for ci in [ci for entry in list(_cache.values()) for ci in entry] + list(_retained):
-        linked = ci.linked.pop(context, None)
-        if linked is not None:
-            dropped.append(linked)
+        entry = ci.linked.pop(context, None)
+        if entry is not None:
+            dropped.append(entry[1])
     return dropped
 
 

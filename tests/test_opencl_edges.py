@@ -90,6 +90,25 @@ def test_a_header_edited_without_a_redefinition_keeps_the_code_of_the_world(queu
     assert out.get().tolist() == [1.0] * 8
 
 
+def test_an_edited_header_is_built_after_a_bump(queue, tmp_path):
+    from specializer import bump, compile_count
+
+    include = str(tmp_path / "include")
+    write_header(include, 8, 1.0)
+    k = define_srad_like()
+    out = zeros(queue, 8)
+    cl.launch(k, out, global_size=8, options=(f"-I{include}",))
+    write_header(include, 4, 2.0)
+    bump()  # the user tells the library of a change it cannot see
+    out = zeros(queue, 8)
+    cl.launch(k, out, global_size=8, options=(f"-I{include}",))
+    assert out.get().tolist() == [2.0] * 4 + [0.0] * 4
+    n = compile_count()
+    bump()  # nothing changed: the same program, nothing compiled or built
+    cl.launch(k, out, global_size=8, options=(f"-I{include}",))
+    assert compile_count() == n and out.get().tolist() == [2.0] * 4 + [0.0] * 4
+
+
 def test_two_projects_with_the_same_relative_include_dir_never_share_code(
     queue, tmp_path, monkeypatch
 ):

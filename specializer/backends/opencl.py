@@ -658,6 +658,14 @@ class OpenCLBackend(Backend):
         _check_params(job, knl, ctx)
         return LinkedKernel(job.name, job.mi.tt, context, built, knl, artifact.source)
 
+    def relink(self, job: CompilerJob, artifact: Any, context: Hashable, linked: Any) -> Any:
+        # The program is kept per included headers' contents: after an edit (and a new
+        # world: a redefinition or bump()), the kernel is built again.
+        ctx = context.context() if isinstance(context, _ContextKey) else None
+        if ctx is None or self._build(job, artifact.source, ctx) is linked.built:
+            return linked
+        return self.link(job, artifact, context)
+
 
 # The kernel's own parameter types (SPEC 8), from kernel argument info: OpenCL C's scalar
 # types (vectors of them: the size times 2, 3 (as 4), 4, 8 or 16), and what kind each is.
