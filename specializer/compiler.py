@@ -213,23 +213,37 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
     order: list[MethodInstance] = []
     seen: set[int] = set()
 
-    def visit(method: Method, path: tuple[str, ...]) -> None:
+    def visit(method: Method, path: tuple[GenericFunction, ...]) -> None:
         for gf in method.callees:
-            if gf.name in path:
-                raise CompileError(
-                    f"device functions call each other in a cycle: {' -> '.join((*path, gf.name))}"
-                )
+            if any(g is gf for g in path):  # by object: two libraries may each have a helper
+                names = " -> ".join(g.name for g in (*path, gf))
+                raise CompileError(f"device functions call each other in a cycle: {names}")
             if id(gf) in seen:
                 continue
             seen.add(id(gf))
             cmi = gf.methodinstance((), job.world)
             deps.append((gf, (), cmi.method))
-            visit(cmi.method, (*path, gf.name))
+            visit(cmi.method, (*path, gf))
             order.append(cmi)
 
-    visit(job.mi.method, (job.name,))
+    visit(job.mi.method, (job.mi.method.gf,))
     job.callees = tuple(order)
     return deps
+
+
+def _same_names_note(job: CompilerJob) -> str:
+    """For a failed build: the device functions of one name from different modules that the
+    job compiles together (their C functions may clash), each named with its module."""
+    by_name: dict[str, list[GenericFunction]] = {}
+    for mi in job.callees:
+        by_name.setdefault(mi.method.gf.name, []).append(mi.method.gf)
+    return "".join(
+        f"\nnote: device functions {' and '.join(f'{g.name} of {g.__module__}' for g in gfs)} "
+        f"are compiled into kernel {job.name} together: if their sources define the same C "
+        "name, rename one of them"
+        for gfs in by_name.values()
+        if len(gfs) > 1
+    )
 
 
 def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
@@ -237,7 +251,11 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
     with _world.lock():
         _world.settle()
         deps = _dependencies(job)
-    artifact = job.config.backend.compile(job)  # raises: nothing is stored
+    try:
+        artifact = job.config.backend.compile(job)  # raises: nothing is stored
+    except CompileError as e:
+        e.args = (f"{e.args[0] if e.args else ''}{_same_names_note(job)}", *e.args[1:])
+        raise
     _compiles += 1
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
 

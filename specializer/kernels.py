@@ -20,8 +20,8 @@ import numpy as np
 from . import world as _world
 from .compiler import CompilerConfig, CompilerJob, compile_and_link, compile_only
 from .lookup import specialize
-from .methods import GenericFunction
-from .types import type_name
+from .methods import GenericFunction, signature_of
+from .types import DeviceArray, Struct, WeakScalar, public_module, type_name
 
 __all__ = [
     "SCALAR_TYPES",
@@ -47,6 +47,19 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
         for t in set(np.sctypeDict.values())
         if issubclass(t, np.number | np.bool_) and not issubclass(t, np.timedelta64)
     },
+}
+
+
+#: The numpy types of the scalar values a kernel takes (an annotation must be one of them or
+#: above one).
+_SCALAR_VALUES = frozenset(SCALAR_TYPES.values())
+#: Python scalar type -> (what its values dispatch as, what to annotate instead): a Python
+#: value of it is weak (SPEC 8), so no argument has the Python type itself.
+_PYTHON_SCALARS = {
+    int: ("np.int64 or the concrete integer type", "np.int64, np.int32 or np.integer"),
+    float: ("np.float64 or the concrete floating type", "np.float64, np.float32 or np.floating"),
+    bool: ("np.bool_", "np.bool_"),
+    complex: ("no type at all (it is not passed)", "np.complex128 or np.complexfloating"),
 }
 
 
@@ -191,18 +204,45 @@ class Definitions:
     module; running a ``def`` again with the same signature replaces the method.
     """
 
-    def __init__(self, typeof: Callable[[Any], type], module: str = "this back-end") -> None:
+    def __init__(
+        self,
+        typeof: Callable[[Any], type],
+        module: str = "this back-end",
+        argtypes: Iterable[type] = (WeakScalar, Struct, DeviceArray),
+    ) -> None:
         self.typeof = typeof
         self.module = module  # for messages: "specializer.backends.opencl"
+        #: the roots of the argument types ``typeof`` returns besides numpy scalar types (the
+        #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
+        #: annotation must be at or below one of them or a numpy scalar type, or above one
+        self.argtypes = tuple(argtypes)
         self._table: dict[tuple[str, str, type], GenericFunction] = {}
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
         self._lock = threading.Lock()
 
-    def _define(self, cls: type, fn: Callable[..., Any], callees: Iterable[GenericFunction]) -> Any:
+    def _define(
+        self,
+        cls: type,
+        fn: Callable[..., Any],
+        callees: Iterable[GenericFunction],
+        localns: dict[str, Any] | None,
+    ) -> Any:
         if not callable(fn):
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
+        sig = None
+        if cls is Kernel:  # checked before anything is defined
+            sig = signature_of(fn, localns)
+            params = [
+                p.name
+                for p in inspect.signature(fn).parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+            ]
+            for param, t in zip(params, sig):
+                why = self._unmatchable(t)
+                if why is not None:
+                    raise TypeError(f"parameter {param!r} of kernel {name} is annotated {why}")
         key = (getattr(fn, "__module__", None) or "", name, cls)
         with self._lock:
             gf = self._table.get(key)
@@ -211,8 +251,66 @@ class Definitions:
                 gf.__module__ = key[0]
                 gf.__qualname__ = getattr(fn, "__qualname__", name)
                 self._table[key] = gf
-        gf.add_method(fn, callees=callees)
+        if sig is not None:
+            gf.add_method(fn, signature=sig, callees=callees)
+        else:
+            gf.add_method(fn, callees=callees, localns=localns)
         return gf
+
+    def _unmatchable(self, t: type) -> str | None:
+        """Why no argument of this back-end can match annotation ``t`` (SPEC 8: "Annotations
+        are checked"), saying what to write instead; ``None`` when some can."""
+        if t in _PYTHON_SCALARS:
+            takes, instead = _PYTHON_SCALARS[t]
+            return (
+                f"{t.__name__}, which no argument matches: a Python {t.__name__} passed to a "
+                f"kernel dispatches as {takes} that the method declares, and a numpy scalar as "
+                f"its own type; annotate it with {instead}"
+            )
+        family = next((r for r in self.argtypes if issubclass(r, DeviceArray)), DeviceArray)
+        arrays = f"{family.__name__}[dtype]" if family is not DeviceArray else "Array[dtype]"
+        if issubclass(t, np.ndarray):
+            return (
+                f"{type_name(t)}, which no argument matches: a kernel takes device arrays, "
+                f"not numpy arrays; annotate it with {self.module}'s {arrays} (for example "
+                f"{arrays.replace('dtype', 'np.float32')})"
+            )
+        if issubclass(t, np.generic):
+            if any(issubclass(c, t) for c in _SCALAR_VALUES):
+                return None
+            instead = "Struct[dtype] for a struct by value, or " if issubclass(t, np.void) else ""
+            return (
+                f"{type_name(t)}, which no argument matches: a kernel takes numeric and bool "
+                f"scalars; annotate it with {instead}a numeric numpy type (np.float32, "
+                "np.integer, ...)"
+            )
+        if any(issubclass(t, r) or issubclass(r, t) for r in self.argtypes):
+            return None  # at, below or above one of this back-end's kinds
+        if any(issubclass(c, t) for c in _SCALAR_VALUES):
+            return None  # above the numpy scalar types (object, an ABC numpy registers with)
+        if issubclass(t, DeviceArray):
+            if family is DeviceArray:
+                return None  # a back-end that did not name its family: not checked
+            key = t._whole if t._whole is not None else t.eltype
+            mine = family if key is None else family[key]
+            return (
+                f"{type_name(t)} of {public_module(t)}, another back-end's array type, which no "
+                f"argument matches: annotate it with {self.module}'s {type_name(mine)}"
+            )
+        kinds = ", ".join(
+            [
+                "numpy scalar types (np.float32, np.integer, ...)",
+                *(
+                    f"{r.__name__}[dtype]" if r is family or r is Struct else type_name(r)
+                    for r in self.argtypes
+                    if r is not WeakScalar
+                ),
+            ]
+        )
+        return (
+            f"{type_name(t)}, which is not an argument type of {self.module}: no argument "
+            f"matches it; annotate it with one of {kinds}"
+        )
 
     def kernel_slots(self, *names: str) -> None:
         """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
@@ -261,20 +359,29 @@ class Definitions:
         )
 
     def kernel(
-        self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        callees: Iterable[GenericFunction] = (),
+        localns: dict[str, Any] | None = None,
     ) -> Any:
-        """``@kernel`` or ``@kernel(callees=[...])``: define a kernel method."""
+        """``@kernel`` or ``@kernel(callees=[...])``: define a kernel method (``localns=locals()``
+        where string annotations name the defining function's locals)."""
         if fn is None:
-            return lambda f: self._define(Kernel, f, callees)
-        return self._define(Kernel, fn, callees)
+            return lambda f: self._define(Kernel, f, callees, localns)
+        return self._define(Kernel, fn, callees, localns)
 
     def device(
-        self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        callees: Iterable[GenericFunction] = (),
+        localns: dict[str, Any] | None = None,
     ) -> Any:
         """``@device`` or ``@device(callees=[...])``: define a device function (a callee)."""
         if fn is None:
-            return lambda f: self._define(DeviceFunction, f, callees)
-        return self._define(DeviceFunction, fn, callees)
+            return lambda f: self._define(DeviceFunction, f, callees, localns)
+        return self._define(DeviceFunction, fn, callees, localns)
 
 
 class LookupSite:

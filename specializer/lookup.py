@@ -55,10 +55,11 @@ _EMPTY = object()  # the world of an empty entry: never the same object as a wor
 class _Spec:
     """The state a specialized function's miss path needs (never touched by a hit)."""
 
-    __slots__ = ("V", "fn", "what")
+    __slots__ = ("K", "V", "fn", "what")
 
-    def __init__(self, V: type, what: str) -> None:
+    def __init__(self, V: type, K: type, what: str) -> None:
         self.V = V
+        self.K = K
         self.what = what
         self.fn: FunctionType | None = None  # set once the function is made (it refers to this)
 
@@ -84,6 +85,12 @@ def _defaults(entries: list[tuple[int, Any, Any]]) -> tuple[Any, ...]:
 
 
 def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
+    if not isinstance(key, spec.K):  # checked here only: a hit costs nothing more
+        raise TypeError(
+            f"the lookup for {spec.what} was called with a key of type "
+            f"{type_name(type(key))}: it takes keys of type {type_name(spec.K)} (specialize "
+            "once per key type, or use cached_lookup, which does)"
+        )
     if _world.WORLD[0] is None:  # a pin, hook or block may have ended since: see refresh
         _world.refresh()
     w = _world.current()  # the one world this call runs in
@@ -217,7 +224,7 @@ def specialize(
             f"{_name_of(F)}({', '.join(type_name(t) for t in tt)}) at {code.co_name} "
             f"({code.co_filename}:{code.co_firstlineno}), key {type_name(K)}"
         )
-        spec = _Spec(V, what)
+        spec = _Spec(V, K, what)
         fn = codegen.generate(
             "lookup.py.j2",
             (

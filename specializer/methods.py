@@ -15,13 +15,13 @@ dispatch would pick ends that code's validity before the new world is published.
 from __future__ import annotations
 
 import inspect
-import sys
+import operator
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
-from .types import WeakScalar, is_subtype, resolve_weak, type_name
+from .types import WeakScalar, is_subtype, public_module, resolve_weak, type_name
 
 __all__ = [
     "AmbiguityError",
@@ -63,8 +63,35 @@ def _tname(t: type) -> str:
     return t.pytype.__name__ if _is_weak(t) else type_name(t)
 
 
-def _sig_str(name: str, sig: Sequence[type]) -> str:
-    return f"{name}({', '.join(_tname(t) for t in sig)})"
+def _sig_str(name: str, sig: Sequence[type], names: Callable[[type], str] = _tname) -> str:
+    return f"{name}({', '.join(names(t) for t in sig)})"
+
+
+def _namer(types: Iterable[type]) -> Callable[[type], str]:
+    """How one message names ``types``: each by its short name (:func:`_tname`), except where
+    two different types would read the same; those are qualified (``Weak[int]`` and
+    ``builtins.int``, ``specializer.backends.opencl.Array[np.float32]`` and
+    ``specializer.backends.cuda.Array[np.float32]``), and numbered if they still do."""
+    by_name: dict[str, list[type]] = {}
+    for t in dict.fromkeys(types):
+        by_name.setdefault(_tname(t), []).append(t)
+    names: dict[type, str] = {}
+    for short, ts in by_name.items():
+        if len(ts) == 1:
+            names[ts[0]] = short
+            continue
+        for t in ts:
+            if _is_weak(t):
+                names[t] = t.__name__  # Weak[int], where builtins.int is the class int
+            elif short.startswith(f"{t.__module__}."):  # named by module already
+                names[t] = short
+            else:
+                names[t] = f"{public_module(t)}.{short}"
+        qualified = [names[t] for t in ts]
+        for t in ts:
+            if qualified.count(names[t]) > 1:  # two classes of one module and name
+                names[t] += f" (class at 0x{id(t):x})"
+    return lambda t: names.get(t) or _tname(t)
 
 
 def _range_str(lo: int, hi: int) -> str:
@@ -160,22 +187,30 @@ class Backedge(Protocol):
     max_world: int
 
 
-def signature_of(fn: Callable[..., Any]) -> tuple[type, ...]:
-    """The signature of ``fn`` from its parameters' annotations (all must be types)."""
+def signature_of(fn: Callable[..., Any], localns: dict[str, Any] | None = None) -> tuple[type, ...]:
+    """The signature of ``fn`` from its parameters' annotations (all must be types).
+
+    String annotations (``from __future__ import annotations``) are evaluated in ``fn``'s
+    module, with ``localns`` (the names of the scope defining ``fn``, ``locals()``) first."""
     name = getattr(fn, "__qualname__", repr(fn))
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError) as e:
         raise TypeError(f"cannot read the signature of {name}: {e}") from None
+    if localns is not None and not isinstance(localns, dict):
+        raise TypeError(
+            f"localns (the names string annotations of {name} may use) is a dict such as "
+            f"locals(), got {localns!r}"
+        )
     try:
-        hints = inspect.get_annotations(fn, eval_str=True)
-    except NameError:
-        # String annotations (``from __future__ import annotations``) naming the locals of
-        # the function the method is defined in: evaluate them there, as the `def` would.
-        try:
-            hints = inspect.get_annotations(fn, eval_str=True, locals=_definer_locals())
-        except Exception as e:
-            raise TypeError(f"cannot evaluate the annotations of {name}: {e}") from None
+        hints = inspect.get_annotations(fn, eval_str=True, locals=localns)
+    except NameError as e:
+        raise TypeError(
+            f"cannot evaluate the annotations of {name}: {e}. Under 'from __future__ import "
+            "annotations' an annotation is evaluated in the module, not in the function that "
+            "defines the method: define the type at module level, or pass that function's "
+            "names to the decorator (@kernel(localns=locals()), @gf.method(localns=locals()))"
+        ) from None
     except Exception as e:
         raise TypeError(f"cannot evaluate the annotations of {name}: {e}") from None
     sig = []
@@ -199,28 +234,29 @@ def signature_of(fn: Callable[..., Any]) -> tuple[type, ...]:
     return tuple(sig)
 
 
-_MACHINERY = {__file__, __file__.replace("methods.py", "kernels.py")}
-
-
-def _definer_locals() -> dict[str, Any]:
-    """The locals of the innermost frame outside the definition machinery (this module and
-    ``kernels.py``): the scope in which the decorated ``def`` ran."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename in _MACHINERY:
-        frame = frame.f_back
-    return dict(frame.f_locals) if frame is not None else {}
-
-
-def _check_tt(name: str, tt: object) -> tuple[type, ...]:
+def _check_tt(name: str, tt: object, param: str = "tt") -> tuple[type, ...]:
     if not isinstance(tt, tuple):
-        raise TypeError(f"argument types of {name} are a tuple of types, got {tt!r}")
+        raise TypeError(f"{param} (the argument types of {name}) is a tuple of types, got {tt!r}")
     for t in tt:
         if not isinstance(t, type):
             raise TypeError(
-                f"cannot dispatch {name} on {t!r}: argument types must be types "
+                f"cannot dispatch {name} on {t!r}: {param} (the argument types) must be types "
                 f"(got a {type(t).__name__} in {tt!r})"
             )
     return tt
+
+
+def _as_world(name: str, world: Any) -> int:
+    """``world`` as a world number (an integer, not a bool); a ``TypeError`` naming it if not."""
+    if not isinstance(world, bool):
+        try:
+            return operator.index(world)
+        except TypeError:
+            pass
+    raise TypeError(
+        f"world (the world to dispatch {name} in) is an int from specializer.current() or "
+        f"None for the task's world, got {world!r}"
+    )
 
 
 class _Dispatch:
@@ -331,15 +367,20 @@ class GenericFunction:
     # -- definitions ---------------------------------------------------------------------
 
     def method(
-        self, fn: Callable[..., Any] | None = None, *, callees: Iterable[GenericFunction] = ()
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        callees: Iterable[GenericFunction] = (),
+        localns: dict[str, Any] | None = None,
     ) -> Any:
-        """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``).
+        """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``;
+        ``localns=locals()`` where string annotations name the defining function's locals).
 
         Returns the generic function, so the decorated name refers to it.
         """
         if fn is None:
-            return lambda f: self.method(f, callees=callees)
-        self.add_method(fn, callees=callees)
+            return lambda f: self.method(f, callees=callees, localns=localns)
+        self.add_method(fn, callees=callees, localns=localns)
         return self
 
     def add_method(
@@ -347,22 +388,32 @@ class GenericFunction:
         fn: Callable[..., Any],
         signature: tuple[type, ...] | None = None,
         callees: Iterable[GenericFunction] = (),
+        localns: dict[str, Any] | None = None,
     ) -> Method:
-        """Add ``fn`` with ``signature`` (default: from its annotations); raises the world.
+        """Add ``fn`` with ``signature`` (default: from its annotations, string ones evaluated
+        with ``localns`` first); raises the world.
 
         A method with the same signature as a visible one replaces it: the old one's
         range is closed at the previous world, so older worlds still see it.
         """
         if not callable(fn):
-            raise TypeError(f"a method of {self.name} must be callable, got {fn!r}")
-        sig = signature_of(fn) if signature is None else _check_tt(self.name, signature)
-        callees = tuple(callees)
+            raise TypeError(f"fn (a method of {self.name}) must be callable, got {fn!r}")
+        try:
+            callees = tuple(callees)
+        except TypeError:
+            raise TypeError(
+                f"callees (of {self.name}) is an iterable of device functions, got {callees!r}"
+            ) from None
         for c in callees:
             if not isinstance(c, GenericFunction):
                 raise TypeError(
                     f"callees of {self.name} must be device functions (generic functions), "
                     f"got {c!r}"
                 )
+        if signature is None:
+            sig = signature_of(fn, localns)
+        else:
+            sig = _check_tt(self.name, signature, "signature")
         with _world.lock():  # straight-line: the loops are in _define
             _world.settle()
             method, ops, ended = self._define(fn, sig, callees)
@@ -408,7 +459,7 @@ class GenericFunction:
 
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
-        w = _world.current() if world is None else world
+        w = _world.current() if world is None else _as_world(self.name, world)
         return list(self._visible(w))
 
     def _visible(self, world: int) -> Sequence[Method]:
@@ -450,20 +501,22 @@ class GenericFunction:
         if len(best) == 1:
             return best[0]
         if not cands:
-            listing = "; ".join(_sig_str(self.name, m.signature) for m in visible) or "none"
+            names = _namer([*tt, *(t for m in visible for t in m.signature)])
+            listing = "; ".join(_sig_str(self.name, m.signature, names) for m in visible)
             raise MethodError(
-                f"no method of {self.name} matches {_sig_str(self.name, tt)} in world {world}; "
-                f"methods visible there: {listing}{_weak_hint(tt)}"
+                f"no method of {self.name} matches {_sig_str(self.name, tt, names)} in world "
+                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}"
             )
         minimal = [
             m
             for m in cands
             if not any(o is not m and _more_specific(o.signature, m.signature) for o in cands)
         ]
-        listing = "; ".join(_sig_str(self.name, m.signature) for m in minimal)
+        names = _namer([*tt, *(t for m in minimal for t in m.signature)])
+        listing = "; ".join(_sig_str(self.name, m.signature, names) for m in minimal)
         raise AmbiguityError(
-            f"{_sig_str(self.name, tt)} is ambiguous in world {world}: candidates {listing}; "
-            "define a method more specific than all of them"
+            f"{_sig_str(self.name, tt, names)} is ambiguous in world {world}: candidates "
+            f"{listing}; define a method more specific than all of them"
         )
 
     def _range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
@@ -490,9 +543,14 @@ class GenericFunction:
     def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
         """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``
         (with each weak type in it replaced by the concrete type it takes)."""
-        w = _world.WORLD[0] if world is None else world
-        if w is None:
-            w = _world.current()
+        if world is None:
+            w = _world.WORLD[0]
+            if w is None:
+                w = _world.current()
+        elif world.__class__ is int:
+            w = world
+        else:
+            w = _as_world(self.name, world)
         try:
             entries = self._cache.get(tt)
         except TypeError:  # unhashable: not a tuple of types (said below)
@@ -530,6 +588,11 @@ class GenericFunction:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
         world ``w`` changes the dispatch of ``tt`` away from ``method`` (a replacement, a
         more specific method, an ambiguity). See :func:`register_backedges`."""
+        _check_tt(self.name, tt)
+        if not isinstance(method, Method):
+            raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
+        if not isinstance(getattr(edge, "max_world", None), int):
+            raise TypeError(f"edge has an int max_world (its validity's end), got {edge!r}")
         register_backedges(edge, [(self, tt, method)])
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
@@ -538,6 +601,7 @@ class GenericFunction:
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
+        world = _as_world(self.name, world)
         try:
             return self.methodinstance(tt, world).method
         except MethodError:

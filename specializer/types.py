@@ -29,6 +29,7 @@ __all__ = [
     "Weak",
     "WeakScalar",
     "is_subtype",
+    "public_module",
     "resolve_weak",
     "type_name",
 ]
@@ -231,16 +232,17 @@ WEAK: dict[type, type[WeakScalar]] = {
 Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
 
 
-def _reduce_argtype(cls: type) -> str | tuple[Any, ...]:
+def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
     """Pickle an argument type by reference: a root (``cl.Array``, ``Struct``, ``WeakScalar``)
     by its name in its module, a parametric one as its root subscripted (``Array[np.float32]``
     is ``operator.getitem(Array, np.float32)``), so that it unpickles to the interned class."""
-    if isinstance(cls, _ArrayMeta) and "eltype" in cls.__dict__:
+    meta = type(cls)  # (tested, not cls: cls keeps its attributes for the type checker)
+    if issubclass(meta, _ArrayMeta) and "eltype" in cls.__dict__:
         key = cls._whole if cls._whole is not None else cls.eltype
         return operator.getitem, (cls._family_root, key)
-    if isinstance(cls, _StructMeta) and cls is not Struct:
+    if issubclass(meta, _StructMeta) and cls is not Struct:
         return operator.getitem, (Struct, cls.dtype)
-    if isinstance(cls, _WeakMeta) and cls is not WeakScalar:
+    if issubclass(meta, _WeakMeta) and cls is not WeakScalar:
         return operator.getitem, (WeakScalar, cls.pytype)
     return cls.__qualname__  # a root: the class its module defines
 
@@ -271,6 +273,14 @@ def resolve_weak(t: type, declared: type) -> type:
 def is_subtype(a: type, b: type) -> bool:
     """``a <: b`` for kernel argument types."""
     return issubclass(a, b)
+
+
+def public_module(t: type) -> str:
+    """``t``'s module up to its first private part, as users import it:
+    ``specializer.backends.cuda`` for a class of ``specializer.backends.cuda._array``."""
+    parts = t.__module__.split(".")
+    cut = next((i for i, p in enumerate(parts) if p.startswith("_")), len(parts))
+    return ".".join(parts[:cut]) or t.__module__
 
 
 def type_name(t: Any) -> str:

@@ -347,6 +347,54 @@ def test_callee_cycle_is_a_compile_error():
         run(cyc_k, 1)
 
 
+def _in_module(module):
+    """Decorate the function as if its def ran in ``module`` (a library of that name)."""
+
+    def mark(fn):
+        fn.__module__ = module
+        return fn
+
+    return mark
+
+
+def test_two_libraries_device_functions_of_one_name_are_two_functions_not_a_cycle():
+    @device
+    @_in_module("lib_a")
+    def helper():
+        return "def helper_a(v): return v + 1"
+
+    lib_a_helper = helper
+
+    @device(callees=[lib_a_helper])
+    @_in_module("lib_b")
+    def helper():  # another library's helper, calling lib_a's
+        return "def helper_b(v): return helper_a(v) * 10"
+
+    assert helper is not lib_a_helper
+
+    @kernel(callees=[helper])
+    def uses_both(x: np.number):
+        return "def uses_both(x): return helper_b(x)"
+
+    assert run(uses_both, 2) == 30
+    # a real cycle is still one, named by the functions on it
+    with pytest.raises(CompileError, match=r"cycle: cyc_k2 -> cyc_d -> cyc_d$"):
+
+        @device
+        def cyc_d():
+            return ""
+
+        @device(callees=[cyc_d])
+        def cyc_d():  # the same device function, now calling itself
+            return ""
+
+        @kernel(callees=[cyc_d])
+        def cyc_k2(x: np.number):
+            return ""
+
+        run(cyc_k2, 1)
+
+
 def test_compile_and_link_caches_per_method_instance_config_and_world_range():
     @kernel
     def direct_cc(x: np.number):

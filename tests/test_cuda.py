@@ -1725,3 +1725,54 @@ def test_a_struct_by_value_is_its_bytes_in_the_parameter_buffer_at_its_alignment
     layout = _params.ParamBuffer((np.int8, S4, SP)).layout()
     assert layout[1] == (16, 16)  # float4 is 16-aligned in CUDA C, after a char
     assert layout[2][0] % 8 == 0 and layout[2][1] == 16
+
+
+def _from_module(module):
+    def mark(fn):
+        fn.__module__ = module
+        return fn
+
+    return mark
+
+
+def test_device_functions_of_one_name_from_two_libraries_compile_together_or_say_so():
+    @cuda.device
+    @_from_module("lib_one")
+    def scale() -> str:
+        return "__device__ float scale_one(float v) { return v * 2.0f; }"
+
+    one = scale
+
+    @cuda.device(callees=[one])
+    @_from_module("lib_two")
+    def scale() -> str:  # lib_two's scale, calling lib_one's: other C names, no clash
+        return "__device__ float scale_two(float v) { return scale_one(v) + 1.0f; }"
+
+    @cuda.kernel(callees=[scale])
+    def scaled(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void scaled(float *x) { x[0] = scale_two(x[0]); }'
+
+    assert "scaled" in entries(cuda.code_ptx(scaled, (A[np.float32],), arch=ARCH))
+
+    @cuda.device
+    @_from_module("lib_one")
+    def same_c() -> str:
+        return "__device__ float same_c(float v) { return v; }"
+
+    first = same_c
+
+    @cuda.device(callees=[first])
+    @_from_module("lib_two")
+    def same_c() -> str:  # the same C name as lib_one's: a real clash
+        return "__device__ float same_c(float v) { return -v; }"
+
+    @cuda.kernel(callees=[same_c])
+    def clashing(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void clashing(float *x) { x[0] = same_c(x[0]); }'
+
+    with pytest.raises(CompileError) as e:
+        cuda.code_ptx(clashing, (A[np.float32],), arch=ARCH)
+    assert str(e.value).endswith(
+        "\nnote: device functions same_c of lib_one and same_c of lib_two are compiled into "
+        "kernel clashing together: if their sources define the same C name, rename one of them"
+    )

@@ -425,3 +425,20 @@ def test_forget_key_drops_the_results_kept_for_a_key_part_and_nothing_else():
     gc.collect()
     assert alive() is None  # no cell keeps the key (or its results)
     assert call((kept, ())) is r_kept and c.calls == 3  # another key still hits
+
+
+def test_a_specialized_lookup_called_with_a_key_of_another_type_is_a_type_error():
+    F = GenericFunction("keytyped")
+    fn = specialize(lambda: 0, tuple, F, (np.int64,), str)
+    calls = []
+    with pytest.raises(TypeError) as e:
+        fn(3, lambda: calls.append(1) or ("r",))
+    assert calls == []  # nothing looked up, nothing stored
+    assert "was called with a key of type int: it takes keys of type str" in str(e.value)
+    assert "keytyped(np.int64)" in str(e.value)
+    assert fn("k", lambda: ("r",)) == ("r",)
+
+    class Named(str):
+        pass
+
+    assert fn(Named("n"), lambda: ("sub",)) == ("sub",)  # an instance of the key type

@@ -272,3 +272,118 @@ def test_an_older_world_still_dispatches_through_the_whole_history():
         assert gf.methodinstance((np.float32,), w).method.fn(0) == i
     for i, w in reversed(list(enumerate(worlds))):
         assert invoke_in_world(w, gf.methodinstance, (np.float32,)).method.fn(0) == i
+
+
+# -- messages: no two types read the same; entry points name their parameters ------------------
+
+
+def test_a_method_error_never_prints_two_signatures_that_read_the_same():
+    from specializer.types import Weak
+
+    gf = GenericFunction("alike")
+
+    @gf.method
+    def alike(x: Array[np.float32], v: int):
+        return 0
+
+    with pytest.raises(MethodError) as e:
+        gf.methodinstance((Array[np.float32], Weak[int]))
+    message = str(e.value)
+    assert "matches alike(Array[np.float32], Weak[int])" in message
+    assert "methods visible there: alike(Array[np.float32], builtins.int)" in message
+
+
+def test_a_method_error_qualifies_array_types_of_two_back_ends_by_module():
+    cl = pytest.importorskip("specializer.backends.opencl")
+    cuda = pytest.importorskip("specializer.backends.cuda")
+    gf = GenericFunction("two_arrays")
+    gf.add_method(lambda x: 0, (cuda.Array[np.float32],))
+    with pytest.raises(MethodError) as e:
+        gf.methodinstance((cl.Array[np.float32],))
+    assert str(e.value).startswith(
+        "no method of two_arrays matches two_arrays(specializer.backends.opencl.Array"
+        "[np.float32]) in world "
+    )
+    assert "visible there: two_arrays(specializer.backends.cuda.Array[np.float32])" in str(e.value)
+    # and two classes of one module and name (a class defined again) by where they live
+    first, second = (type("Same", (), {"__module__": "mod"}) for _ in range(2))
+    gf.add_method(lambda x: 0, (first,))
+    with pytest.raises(MethodError) as e:
+        gf.methodinstance((second,))
+    assert f"two_arrays(mod.Same (class at 0x{id(second):x}))" in str(e.value)
+    assert f"two_arrays(mod.Same (class at 0x{id(first):x}))" in str(e.value)
+
+
+def test_core_entry_points_name_the_parameter_in_their_errors():
+    gf = GenericFunction("params")
+    gf.add_method(lambda x: 0, (np.float32,))
+    cases = [
+        (lambda: gf.methodinstance((np.float32,), world="x"), "world (the world to dispatch"),
+        (lambda: gf.methodinstance((np.float32,), world=True), "world (the world to dispatch"),
+        (lambda: gf.methods(world=1.5), "world (the world to dispatch params in)"),
+        (lambda: gf.dispatches_to((np.float32,), "1"), "world (the world to dispatch"),
+        (lambda: gf.methodinstance([np.float32]), "tt (the argument types of params)"),
+        (lambda: gf.add_method(lambda x: 0, callees=3), "callees (of params) is an iterable"),
+        (lambda: gf.add_method(lambda x: 0, [np.int8]), "signature (the argument types of"),
+        (lambda: gf.add_method(3), "fn (a method of params) must be callable"),
+        (lambda: gf.method(callees=3)(lambda x: 0), "callees (of params) is an iterable"),
+        (lambda: gf.add_backedge([np.float32], None, None), "tt (the argument types of"),
+        (lambda: gf.add_backedge((np.float32,), None, None), "method (of params) is a Method"),
+    ]
+    for call, says in cases:
+        with pytest.raises(TypeError) as e:
+            call()
+        assert says in str(e.value), (says, str(e.value))
+    assert gf.methodinstance((np.float32,), world=np.int64(latest())).method.signature == (
+        np.float32,
+    )
+
+
+# -- annotations are checked when a kernel method is defined (SPEC 8) --------------------------
+
+
+def _backends():
+    found = []
+    for name in ("opencl", "cuda"):
+        try:
+            found.append(__import__(f"specializer.backends.{name}", fromlist=["_"]))
+        except ImportError:
+            pass
+    return found
+
+
+def _define(backend, annotation):
+    def k(x, v):
+        return ""
+
+    k.__annotations__ = {"x": backend.Array[np.float32], "v": annotation}  # the types themselves
+    return backend.kernel(k)
+
+
+@pytest.mark.parametrize("backend", _backends(), ids=lambda b: b.__name__.rsplit(".", 1)[1])
+def test_an_annotation_no_argument_can_match_is_a_type_error_at_definition(backend):
+    other = next((b for b in _backends() if b is not backend), None)
+    cases = {
+        int: "annotated int, which no argument matches: a Python int passed to a kernel "
+        "dispatches as np.int64 or the concrete integer type that the method declares, and a "
+        "numpy scalar as its own type; annotate it with np.int64, np.int32 or np.integer",
+        float: "annotate it with np.float64, np.float32 or np.floating",
+        bool: "annotate it with np.bool_",
+        np.ndarray: "a kernel takes device arrays, not numpy arrays; annotate it with "
+        f"{backend.__name__}'s Array[dtype] (for example Array[np.float32])",
+        str: f"annotated str, which is not an argument type of {backend.__name__}",
+        np.str_: "annotated np.str_, which no argument matches",
+        np.void: "annotate it with Struct[dtype] for a struct by value",
+    }
+    if other is not None:
+        cases[other.Array[np.int16]] = (
+            f"annotated Array[np.int16] of {other.__name__}, another back-end's array type, "
+            f"which no argument matches: annotate it with {backend.__name__}'s Array[np.int16]"
+        )
+    for annotation, says in cases.items():
+        with pytest.raises(TypeError) as e:
+            _define(backend, annotation)
+        assert str(e.value).startswith("parameter 'v' of kernel k is annotated "), str(e.value)
+        assert says in str(e.value), (annotation, str(e.value))
+    for fine in (np.float32, np.floating, np.generic, object, backend.Struct, backend.Array):
+        _define(backend, fine)  # every one matches some argument

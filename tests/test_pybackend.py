@@ -507,7 +507,7 @@ def test_an_opencl_kernel_is_refused_and_refuses_this_backend():
     pytest.importorskip("pyopencl")
     from specializer.backends import opencl as cl
 
-    @cl.kernel
+    @cl.kernel(localns=locals())  # its annotation names this function's cl
     def cl_only(x: cl.Array[np.float32]) -> str:
         return "__kernel void cl_only(__global float *x) { x[get_global_id(0)] = 1.0f; }"
 

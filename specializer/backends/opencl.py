@@ -1006,7 +1006,9 @@ def _packer(t: type) -> Callable[[Any], bytes]:
 
 # -- the launch path ----------------------------------------------------------------------
 
-_definitions = Definitions(typeof, __name__)
+_definitions = Definitions(
+    typeof, __name__, (WeakScalar, Struct, Array, Buffer, LocalMemory, Image, Sampler)
+)
 #: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method (see the module docstring).
 kernel = _definitions.kernel
 #: ``@device``: define a device function (a callee); redefining it recompiles its callers.

@@ -60,7 +60,7 @@ def typeof(value: Any) -> type:
     return _types.typeof(value)
 
 
-_definitions = Definitions(typeof, "specializer.backends.cuda")
+_definitions = Definitions(typeof, "specializer.backends.cuda", (WeakScalar, Struct, Array))
 
 #: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method. The method body is
 #: called once per method instance with the concrete argument types bound to its
