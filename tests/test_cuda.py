@@ -1598,3 +1598,224 @@ def test_a_struct_by_value_is_its_bytes_in_the_parameter_buffer_at_its_alignment
     layout = _params.ParamBuffer((np.int8, S4, SP)).layout()
     assert layout[1] == (16, 16)  # float4 is 16-aligned in CUDA C, after a char
     assert layout[2][0] % 8 == 0 and layout[2][1] == 16
+
+
+# -- one NVRTC program per source; in-memory headers; included headers in every key ------------
+
+TWO_KERNELS = """
+extern "C" __global__ void twin_a(float *x) { x[threadIdx.x] += 1.0f; }
+extern "C" __global__ void __launch_bounds__(128) twin_b(float *x) { x[threadIdx.x] *= 2.0f; }
+"""
+
+
+def test_two_kernels_of_one_source_are_one_nvrtc_run_and_one_disk_entry(tmp_path, monkeypatch):
+    from specializer.backends.cuda import _compiler
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    src = TWO_KERNELS + f"// {tmp_path}\n"  # a source of this test only
+
+    @cuda.kernel
+    def twin_a(x: A[np.float32]) -> str:
+        return src
+
+    @cuda.kernel
+    def twin_b(x: A[np.float32]) -> str:
+        return src
+
+    seen = []
+    n, core = _compiler.nvrtc_compiles(), compile_count()
+    with specializer.device_code(lambda job, artifact: seen.append(artifact)):
+        ptx_a = cuda.code_ptx(twin_a, (A[np.float32],), arch=ARCH)
+        ptx_b = cuda.code_ptx(twin_b, (A[np.float32],), arch=ARCH)
+    assert _compiler.nvrtc_compiles() == n + 1  # one NVRTC run for both kernels
+    assert compile_count() == core + 2  # two method instances, as before
+    assert ptx_a == ptx_b and ".entry twin_a" in ptx_a and ".entry twin_b" in ptx_a
+    a, b = seen
+    assert a.program == b.program and (a.entry, b.entry) == ("twin_a", "twin_b")
+    assert len(entry_files(tmp_path)) == 1
+    # another process: either kernel first, the disk entry serves both, no NVRTC run
+    prog = f"""
+import json, numpy as np
+from specializer.backends import cuda
+from specializer.backends.cuda import _compiler
+src = {src!r}
+@cuda.kernel
+def twin_b(x: cuda.Array[np.float32]) -> str:
+    return src
+@cuda.kernel
+def twin_a(x: cuda.Array[np.float32]) -> str:
+    return src
+for k in (twin_b, twin_a):
+    cuda.code_ptx(k, (cuda.Array[np.float32],), arch={ARCH!r})
+print(json.dumps(_compiler.nvrtc_compiles()))
+"""
+    env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == 0 and len(entry_files(tmp_path)) == 1
+
+
+def test_a_template_instance_is_its_own_program_with_the_sources_kernels():
+    from specializer.backends.cuda import _compiler
+
+    src = """
+    extern "C" __global__ void plain_k(float *x) { x[0] = 1.0f; }
+    template <typename T> __global__ void tmpl_k(T *x) { x[0] = T(2); }
+    """
+
+    @cuda.kernel
+    def tmpl_k(x: A[np.number]) -> str:
+        return cuda.KernelSource(src, entry=f"tmpl_k<{cuda.ctype(x.dtype)}>")
+
+    @cuda.kernel
+    def plain_k(x: A[np.float32]) -> str:
+        return src
+
+    n = _compiler.nvrtc_compiles()
+    f32 = cuda.code_ptx(tmpl_k, (A[np.float32],), arch=ARCH)
+    assert cuda.code_ptx(plain_k, (A[np.float32],), arch=ARCH) == f32  # the same program
+    f64 = cuda.code_ptx(tmpl_k, (A[np.float64],), arch=ARCH)
+    assert _compiler.nvrtc_compiles() == n + 2
+    assert "_Z6tmpl_kIfEvPT_" in f32 and "_Z6tmpl_kIdEvPT_" not in f32
+    assert "_Z6tmpl_kIdEvPT_" in f64 and ".entry plain_k" in f64
+
+
+def test_a_name_that_is_no_nameable_kernel_falls_back_to_the_entry_alone():
+    src = """
+    #define DECLARE(name) extern "C" __global__ void name(float *x)
+    #if 0
+    extern "C" __global__ void hidden_k(float *x) {}
+    #endif
+    extern "C" __global__ void shown_k(float *x) { x[0] = 3.0f; }
+    """
+
+    @cuda.kernel
+    def shown_k(x: A[np.float32]) -> str:
+        return src
+
+    ptx = cuda.code_ptx(shown_k, (A[np.float32],), arch=ARCH)
+    assert ".entry shown_k" in ptx and "hidden_k" not in ptx
+
+
+def test_kernel_names_finds_file_scope_non_template_kernels():
+    from specializer.backends.cuda._compiler import kernel_names
+
+    src = """
+    using namespace cooperative_groups;
+    extern "C" __global__ void a(float *x) { if (1) { } }
+    extern "C" {
+    __global__ void __launch_bounds__(256) b(int *y) {}
+    }
+    template <typename T> __global__ void t(T *x) {}
+    namespace ns { __global__ void n(float *x) {} }
+    __global__ void o(int*); __global__ void o(float*) {}
+    // __global__ void commented(int *x)
+    static __global__ void
+      c(float *x) {}
+    """
+    assert kernel_names(src) == ["a", "b", "c"]
+
+
+BINOMIAL_COMMON = "#define STEPS {steps}\ntypedef float real;\n"
+BINOMIAL = """
+#include "binomial_common.h"
+extern "C" __global__ void binomial_k(real *x) { x[threadIdx.x] = STEPS; }
+"""
+
+
+def test_kernel_source_takes_in_memory_headers_and_a_program_name():
+    def kernel_for(steps):
+        @cuda.kernel
+        def binomial_k(x: A[np.float32]) -> str:
+            return cuda.KernelSource(
+                BINOMIAL,
+                name="binomial_kernel.cu",
+                headers={"binomial_common.h": BINOMIAL_COMMON.format(steps=steps)},
+            )
+
+        return binomial_k
+
+    ptx = cuda.code_ptx(kernel_for(2048), (A[np.float32],), arch=ARCH)
+    assert "1157627904" in ptx  # 2048.0f's bits
+    # the headers' contents are part of the key: another text is another program
+    assert "1149239296" in cuda.code_ptx(kernel_for(1024), (A[np.float32],), arch=ARCH)
+    s = cuda.KernelSource("x", name="k.cu", headers={"h.h": "1"})
+    assert (s.entry, s.name, s.headers) == (None, "k.cu", (("h.h", "1"),))
+    assert repr(s) == "KernelSource('x', entry=None, name='k.cu', headers={'h.h': '1'})"
+    with pytest.raises(TypeError, match="headers= maps include names to header texts"):
+        cuda.KernelSource("x", headers={"h.h": b"1"})
+    with pytest.raises(ValueError, match="name= is the program's file name"):
+        cuda.KernelSource("x", name="")
+
+
+def test_a_source_with_a_nul_byte_is_a_compile_error():
+    @cuda.kernel
+    def nul_k(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void nul_k(float *x) { x[0] = 1.0f; }\0 garbage'
+
+    with pytest.raises(CompileError, match=r"source of kernel nul_k holds a NUL character"):
+        cuda.code_ptx(nul_k, (A[np.float32],), arch=ARCH)
+
+
+PARAMS_KERNEL = """#include "params.h"
+extern "C" __global__ void hdr_k(float *x) { x[threadIdx.x] = SCALE; }
+"""
+
+
+def _hdr_kernel():
+    @cuda.kernel
+    def hdr_k(x: A[np.float32]) -> str:
+        return PARAMS_KERNEL
+
+    return hdr_k
+
+
+def test_editing_an_included_header_and_redefining_rebuilds_in_this_process(tmp_path):
+    inc = tmp_path / "include"
+    inc.mkdir()
+    (inc / "params.h").write_text("#define SCALE 2.0f\n")
+    opts = (f"-I{inc}",)
+    before = cuda.code_ptx(_hdr_kernel(), (A[np.float32],), arch=ARCH, options=opts)
+    (inc / "params.h").write_text("#define SCALE 4.0f\n")
+    after = cuda.code_ptx(_hdr_kernel(), (A[np.float32],), arch=ARCH, options=opts)
+    assert "1073741824" in before and "1082130432" in after  # 2.0f, 4.0f
+
+
+_HEADER_PROGRAM = """
+import json, sys, numpy as np
+from specializer.backends import cuda
+from specializer.backends.cuda import _compiler
+@cuda.kernel
+def hdr_k(x: cuda.Array[np.float32]) -> str:
+    return '''#include "params.h"
+extern "C" __global__ void hdr_k(float *x) { x[threadIdx.x] = SCALE; }
+'''
+ptx = cuda.code_ptx(hdr_k, (cuda.Array[np.float32],), arch=sys.argv[1], options=("-Iinclude",))
+print(json.dumps({"compiles": _compiler.nvrtc_compiles(), "four": "1082130432" in ptx}))
+"""
+
+
+def test_an_edited_header_or_another_projects_header_misses_the_disk_cache(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(cache)}
+
+    def run_in(project):
+        out = subprocess.run(
+            [sys.executable, "-c", _HEADER_PROGRAM, ARCH],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=project,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    p1, p2 = tmp_path / "p1", tmp_path / "p2"
+    for p, scale in ((p1, "2.0f"), (p2, "4.0f")):
+        (p / "include").mkdir(parents=True)
+        (p / "include" / "params.h").write_text(f"#define SCALE {scale}\n")
+    assert run_in(p1) == {"compiles": 1, "four": False}
+    assert run_in(p1) == {"compiles": 0, "four": False}
+    assert run_in(p2) == {"compiles": 1, "four": True}  # the same -Iinclude, another header
+    (p1 / "include" / "params.h").write_text("#define SCALE 4.0f\n")
+    assert run_in(p1) == {"compiles": 1, "four": True}  # the edited header

@@ -620,3 +620,35 @@ def test_a_second_process_loads_the_cubin_from_disk_and_runs_it(tmp_path):
         assert out.returncode == 0, out.stderr
         runs.append(json.loads(out.stdout))
     assert runs == [{"compiles": 1, "ok": True}, {"compiles": 0, "ok": True}]
+
+
+SHARED_SOURCE = """
+__device__ int shared_counter;
+extern "C" __global__ void shared_inc(int *x) { atomicAdd(&shared_counter, 1); x[0] = 1; }
+extern "C" __global__ void shared_read(int *x) { x[0] = shared_counter; }
+"""
+
+
+@cuda.kernel
+def shared_inc(x: A[np.int32]) -> str:
+    return SHARED_SOURCE
+
+
+@cuda.kernel
+def shared_read(x: A[np.int32]) -> str:
+    return SHARED_SOURCE
+
+
+def test_kernels_of_one_source_share_one_module_and_its_variables():
+    from specializer.backends.cuda import _compiler
+
+    x = cuda.CuArray.zeros(1, np.int32)
+    n = _compiler.nvrtc_compiles()
+    inc = cuda.cufunction(shared_inc, (A[np.int32],))
+    read = cuda.cufunction(shared_read, (A[np.int32],))
+    assert _compiler.nvrtc_compiles() <= n + 1
+    assert inc.linked.module is read.linked.module
+    for _ in range(3):
+        inc(x, grid=2, block=32)
+    read(x, grid=1, block=1)
+    assert x.get()[0] == 3 * 64  # the counter the other kernel incremented
