@@ -413,9 +413,10 @@ def with_driver(tt, launch, lookup_tt=None):
     return fn
 
 
-def launch_recorded(tt, *args, grid=1, block=1, stream=None, shared_mem=0):
+def launch_recorded(tt, *args, grid=1, block=1, stream=None, shared_mem=0, lookup_tt=None):
     rec = Recorder(tt)
-    lookup_tt = tuple(cuda.typeof(a) for a in args) if len(args) == len(tt) else tt
+    if lookup_tt is None:
+        lookup_tt = tuple(cuda.typeof(a) for a in args) if len(args) == len(tt) else tt
     with_driver(tt, rec, lookup_tt)(grid, block, shared_mem, stream, args)
     return rec.calls[0]
 
@@ -1819,3 +1820,101 @@ def test_an_edited_header_or_another_projects_header_misses_the_disk_cache(tmp_p
     assert run_in(p2) == {"compiles": 1, "four": True}  # the same -Iinclude, another header
     (p1 / "include" / "params.h").write_text("#define SCALE 4.0f\n")
     assert run_in(p1) == {"compiles": 1, "four": True}  # the edited header
+
+
+# -- arguments: byte order of struct fields, __half range, structs, the kernel's own types ------
+
+
+def test_a_struct_with_a_big_endian_field_is_refused_like_a_big_endian_array():
+    from specializer.backends.cuda import _launch
+
+    be = np.dtype([("x", ">f4"), ("y", "<f4")])
+    with pytest.raises(ValueError, match=r"cannot pass a struct of dtype .* native byte order"):
+        cuda.typeof(np.zeros((), be))
+    with pytest.raises(ValueError, match=r"argument 1 of kernel fill .*native byte order"):
+        _launch._launcher.argtypes((np.float32(1), np.zeros(1, be)[0]), fill)
+    with pytest.raises(ValueError, match="native byte order"):  # a cufunction's tt, too
+        _launch._launcher.kinds((cuda.Struct[be],), (cuda.Struct[be],), 0)
+
+
+def test_a_python_float_too_large_for_a_half_parameter_is_an_overflow_error():
+    from specializer.types import Weak
+
+    tt = (np.float16,)
+    with pytest.raises(OverflowError, match=r"1000000\.0 does not fit np\.float16 .*parameter 0"):
+        launch_recorded(tt, 1e6, lookup_tt=(Weak[float],))
+    raw = launch_recorded(tt, 1.5, lookup_tt=(Weak[float],))[4]
+    assert raw == [np.float16(1.5).tobytes()]
+    assert launch_recorded(tt, float("inf"), lookup_tt=(Weak[float],))[4] == [
+        np.float16(np.inf).tobytes()
+    ]
+    assert launch_recorded(tt, np.float16(2))[4] == [np.float16(2).tobytes()]
+
+
+def test_the_type_error_for_an_unsupported_value_lists_every_kind_with_structs():
+    with pytest.raises(TypeError) as e:
+        cuda.typeof("a string")
+    msg = str(e.value)
+    for kind in ("Python bool, int and float", "float16", "np.void", "structured dtype"):
+        assert kind in msg
+    assert "__cuda_array_interface__" in msg and "CuArray" in msg
+
+
+def test_a_one_element_array_of_a_struct_dtype_passes_by_value_like_a_0d_one():
+    double3 = np.dtype([("x", "<f8"), ("y", "<f8"), ("z", "<f8")])
+    rhs = np.array([1.0, 2.0, 3.0])
+    one = rhs.view(double3)  # as CuPy's examples pass a struct
+    assert one.shape == (1,) and cuda.typeof(one) is cuda.Struct[double3]
+    assert cuda.typeof(one.reshape(())) is cuda.Struct[double3]
+    assert launch_recorded((cuda.Struct[double3],), one)[4] == [rhs.tobytes()]
+    with pytest.raises(TypeError, match=r"cannot pass a numpy\.ndarray"):
+        cuda.typeof(np.zeros(2, double3))  # two structs are no struct
+
+
+@cuda.kernel
+def int_param(x: A[np.int32], v: np.number) -> str:
+    return 'extern "C" __global__ void int_param(int *x, int v) { x[0] = v; }'
+
+
+def test_an_argument_of_another_kind_or_size_than_the_kernels_parameter_is_a_type_error():
+    assert ".entry int_param" in cuda.code_ptx(int_param, (A[np.int32], np.int32), arch=ARCH)
+    assert cuda.code_ptx(int_param, (A[np.int32], np.uint32), arch=ARCH)  # same kind, size
+    msg = (
+        r"argument 1 of kernel int_param \(counting from 0, captured values first\) is a "
+        r"np\.float32 \(4-byte floating-point\), but the kernel's parameter 1 is a 4-byte "
+        r"integer \(PTX \.u32\)"
+    )
+    with pytest.raises(TypeError, match=msg):
+        cuda.code_ptx(int_param, (A[np.int32], np.float32), arch=ARCH)
+    with pytest.raises(TypeError, match=r"is a np\.int64 \(8-byte integer\), but .* 4-byte"):
+        cuda.code_ptx(int_param, (A[np.int32], np.int64), arch=ARCH)
+
+
+def test_a_kernel_launched_with_too_few_arguments_is_a_type_error():
+    @cuda.kernel
+    def two_params(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void two_params(float *x, int n) { x[0] = n; }'
+
+    with pytest.raises(TypeError, match=r"kernel two_params takes 2 parameter\(s\)"):
+        cuda.code_ptx(two_params, (A[np.float32],), arch=ARCH)
+
+
+def test_ptx_parameters_reads_every_kind_of_parameter():
+    from specializer.backends.cuda import _compiler
+
+    src = """#include <cuda_fp16.h>
+    struct S { double a; int b; };
+    extern "C" __global__ void every_param(float *x, int v, double d, __half h, S s,
+                                           float4 f, bool b, long long l) {}"""
+    ptx = _compiler.nvrtc_compile(src, ("every_param",), ARCH).ptx
+    kinds = [(k, n) for k, n, _ in _compiler.ptx_parameters(ptx, "every_param")]
+    assert kinds[1:] == [
+        ("i", 4),
+        ("f", 8),
+        ("bytes", 2),
+        ("bytes", 16),
+        ("bytes", 16),
+        ("i", 1),
+        ("i", 8),
+    ]
+    assert kinds[0] in (("i", 8), ("ptr", 8))

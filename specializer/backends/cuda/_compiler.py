@@ -792,6 +792,82 @@ def compile_program(p: _Program, expression: str, kernel: str = "") -> tuple[str
         return key, r
 
 
+# -- the kernel's own parameters -------------------------------------------------------------
+
+_PTX_PARAM = re.compile(
+    r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z])(\d+)((?:\s+\.\w+)*)(?:\s+\.align\s+\d+)?"
+    r"\s+[\w$]+\s*(?:\[(\d+)\])?"
+)
+_KIND_NAMES = {"f": "floating-point", "i": "integer", "ptr": "pointer", "bytes": "bytes"}
+
+
+def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
+    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` named
+    ``lowered``: kind ``"f"`` (``.f32``), ``"i"`` (``.u32``, ``.s8``, ...), ``"ptr"`` (a
+    ``.u64 .ptr``) or ``"bytes"`` (``.b8 name[N]``, ``.b32``: a struct, a ``__half``); None
+    when the entry is not found."""
+    m = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\(([^)]*)\)", ptx)
+    if m is None:
+        return None
+    out = []
+    for p in _PTX_PARAM.finditer(m.group(1)):
+        letter, bits, quals, count = p.group(1), int(p.group(2)), p.group(3), p.group(4)
+        size = bits // 8 * (int(count) if count else 1)
+        if letter == "b":
+            kind = "bytes"
+        elif letter == "f":
+            kind = "f"
+        else:
+            kind = "ptr" if ".ptr" in quals else "i"
+        out.append((kind, size, f".{letter}{bits}" + (f"[{count}]" if count else "")))
+    return out
+
+
+def _argument_kind(t: type) -> tuple[str, int] | None:
+    from ...types import Struct
+    from ._array import Array
+
+    if isinstance(t, type) and issubclass(t, Array):
+        return "ptr", 8
+    if isinstance(t, type) and issubclass(t, Struct):
+        return "bytes", t.dtype.itemsize
+    if isinstance(t, type) and issubclass(t, np.generic):
+        dt = np.dtype(t)
+        return ("f" if dt.kind == "f" else "bytes" if dt.kind == "c" else "i"), dt.itemsize
+    return None
+
+
+def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
+    """A ``TypeError`` when an argument type cannot be what the kernel's parameter is, as
+    the PTX declares it (SPEC 8): another size, or a float for an integer (or the other
+    way). Runs where the kernel is compiled (no GPU needed), never on a launch."""
+    from ...types import type_name
+
+    params = ptx_parameters(ptx, lowered)
+    if params is None:
+        return
+    if len(params) != len(tt):
+        raise TypeError(
+            f"kernel {kernel} takes {len(params)} parameter(s) (its PTX .entry {lowered}), "
+            f"its method was looked up for {len(tt)} argument(s) "
+            f"({', '.join(type_name(t) for t in tt)}): launch it with one argument per "
+            f"parameter (captured values first)"
+        )
+    for i, ((kind, size, ptx_type), t) in enumerate(zip(params, tt)):
+        arg = _argument_kind(t)
+        if arg is None:
+            continue
+        akind, asize = arg
+        same_kind = kind == akind or "bytes" in (kind, akind) or {kind, akind} == {"i", "ptr"}
+        if size != asize or not same_kind:
+            raise TypeError(
+                f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
+                f"a {type_name(t)} ({asize}-byte {_KIND_NAMES[akind]}), but the kernel's "
+                f"parameter {i} is a {size}-byte {_KIND_NAMES[kind]} (PTX {ptx_type}): pass a "
+                f"value of the parameter's C type, or declare the method's parameter as it"
+            )
+
+
 # -- loaded modules ----------------------------------------------------------------------------
 
 _PTX_GLOBAL = re.compile(
@@ -946,6 +1022,7 @@ class CUDABackend(Backend):
             if not hints:
                 raise
             raise _NVRTCFailed(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
+        check_parameters(job.name, r.ptx, r.lowered[expression], job.mi.tt)
         return CUDAArtifact(
             program.source,
             r.ptx,

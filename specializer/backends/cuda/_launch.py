@@ -48,11 +48,11 @@ def typeof(value: Any) -> type:
     if t is not None:
         return t
     if isinstance(value, np.void) or (
-        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.names is not None
-    ):
+        isinstance(value, np.ndarray) and value.size == 1 and value.dtype.names is not None
+    ):  # a struct by value: np.void, or a 0-d or one-element array (``rhs.view(double3)``)
         if value.dtype.names is None:
             raise unsupported_argument(value, _types.ACCEPTED)
-        return Struct[value.dtype]
+        return _types.struct_type(value.dtype)
     if not isinstance(value, np.generic):
         for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
             if isinstance(value, py):
@@ -196,8 +196,12 @@ class _CUDALauncher(launching.Launcher):
                 namespace[f"_own{i}"] = cuarray_class(r.dtype)
                 kinds.append("array")
             elif issubclass(t, Struct):
+                _types.struct_type(t.dtype)  # native byte order (a cufunction's tt)
                 namespace[f"_n{i}"] = t.dtype.itemsize
                 kinds.append("bytes")
+            elif r is np.float16 and issubclass(t, WeakScalar):
+                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _params.range_of(r)
+                kinds.append("ranged_half")  # a Python float: range-checked, then its bits
             elif r is np.float16:
                 kinds.append("half")
             elif issubclass(t, WeakScalar) and _params.range_of(resolve_weak(t, r)) is not None:

@@ -13,9 +13,18 @@ from typing import Any
 import numpy as np
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
+from ...types import Struct
 from ._array import ARGTYPES, Array, CuArray, array_type
 
-__all__ = ["ACCEPTED", "ctype", "half_bits", "numpy_base", "param_ctype", "typeof"]
+__all__ = [
+    "ACCEPTED",
+    "ctype",
+    "half_bits",
+    "numpy_base",
+    "param_ctype",
+    "struct_type",
+    "typeof",
+]
 
 # (numpy kind, item size) -> (CUDA C spelling, ctypes type of the kernel parameter)
 _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
@@ -94,10 +103,23 @@ def half_bits(value: Any) -> int:
 #: what a launch accepts, for error messages
 ACCEPTED = (
     "Python bool, int and float; numpy bool_, int8 to int64, uint8 to uint64, float16, "
-    "float32 and float64 scalars (and their subclasses); a CuArray or any object with "
-    "__cuda_array_interface__ (CuPy, PyTorch, Numba) holding a C- or F-contiguous numeric "
-    "array in native byte order"
+    "float32 and float64 scalars (and their subclasses); a struct by value: a numpy "
+    "structured scalar (np.void) or a 0-d or one-element array of a structured dtype, in "
+    "native byte order; a CuArray or any object with __cuda_array_interface__ (CuPy, "
+    "PyTorch, Numba) holding a C- or F-contiguous numeric array in native byte order"
 )
+
+
+def struct_type(dtype: np.dtype) -> type:
+    """``Struct[dtype]`` for a struct passed by value; a field in another byte order than
+    the device's is a ``ValueError``, as for an array of it."""
+    if not dtype.isnative:
+        raise ValueError(
+            f"cannot pass a struct of dtype {dtype} by value: a field is not in native byte "
+            f"order, and a kernel reads the device's; convert it with "
+            f"value.astype(value.dtype.newbyteorder('='))"
+        )
+    return Struct[dtype]
 
 
 def typeof(value: Any) -> type:
