@@ -1918,3 +1918,136 @@ def test_ptx_parameters_reads_every_kind_of_parameter():
         ("i", 8),
     ]
     assert kinds[0] in (("i", 8), ("ptr", 8))
+
+
+# -- foreign device arrays on the front entry's fast path ---------------------------------------
+
+
+class Published:
+    """``fill``'s front entry for (Array[np.float32], np.float32, Weak[int]) published as a
+    lookup publishes it, with the driver replaced by a recorder and misses counted (a miss
+    is not launched)."""
+
+    def __init__(self):
+        from specializer import world
+        from specializer.backends.cuda._driver import local
+        from specializer.types import Weak
+
+        launcher = cuda._launch._launcher
+        self.tt = (A[np.float32], np.float32, Weak[int])
+        resolved = (A[np.float32], np.float32, np.int64)
+        self.factory = launcher._factory(self.tt, resolved, 0, False)
+        self.rec = Recorder(resolved)
+        self.misses = []
+        self.local, self.where = local, (object(), ())
+        _, front, self.call = self.factory(Fun(resolved), self.miss, self.mismatch, None)
+        self.entry = front(world.WORLD[0], self.where, {}, fill, launcher.other)
+
+    def miss(self, f, args, opts, kw):
+        self.misses.append(args)
+
+    def mismatch(self, linked, f, args, opts):
+        self.misses.append(args)
+
+    def __enter__(self):
+        glb = self.factory.__globals__
+        self.saved = glb["_launch"], self.local.key
+        glb["_launch"], self.local.key = self.rec, self.where
+        return self
+
+    def __exit__(self, *exc):
+        self.factory.__globals__["_launch"], self.local.key = self.saved
+
+    def launch(self, x):
+        n = len(self.rec.calls)
+        self.entry(fill, (x, np.float32(2), 4), 1, 1, None, 0, False, {})
+        return self.rec.calls[n][4][0] if len(self.rec.calls) > n else None
+
+
+def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer():
+    cuda.typeof(FakeCAI("<f4"))  # the slow path has typed one: its class has a reader
+    own = cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32)
+    with Published() as p:
+        assert p.launch(own) == (0x7F00DEAD0000).to_bytes(8, "little")
+        assert p.launch(FakeCAI("<f4", ptr=0x7F00BEEF0000)) == (0x7F00BEEF0000).to_bytes(
+            8, "little"
+        )
+        v2 = FakeCAI("<f4", ptr=0x7F00BEEF1000)
+        v2.__cuda_array_interface__["version"] = 2
+        del v2.__cuda_array_interface__["strides"], v2.__cuda_array_interface__["mask"]
+        assert p.launch(v2) == (0x7F00BEEF1000).to_bytes(8, "little")
+        assert p.misses == []
+        # what the fast path cannot vouch for takes the slow path, which checks it all
+        for other in (
+            FakeCAI("<f8"),  # another element type: another method, maybe
+            FakeCAI(">f4"),  # another byte order
+            FakeCAI("<f4", shape=(2, 2), strides=(4, 8)),  # F-order: contiguous, checked slow
+            FakeCAI("<f4", shape=(4,), strides=(8,)),  # strided
+            FakeCAI("<f4", mask=(0x1000, False)),  # masked
+        ):
+            assert p.launch(other) is None
+        assert len(p.misses) == 5
+        # a HostKernel call's guard is the same
+        p.call(fill, p.where, FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
+        assert p.rec.calls[-1][4][0] == (0x7F00BEEF2000).to_bytes(8, "little")
+        assert len(p.misses) == 5
+
+
+def test_a_foreign_class_never_typed_takes_the_slow_path_once():
+    class Unseen(FakeCAI):
+        pass
+
+    from specializer.backends.cuda._array import FOREIGN
+
+    with Published() as p:
+        assert p.launch(Unseen("<f4")) is None and len(p.misses) == 1
+        assert Unseen not in FOREIGN
+        assert cuda.typeof(Unseen("<f4")) is A[np.float32]  # what the miss does first
+        assert p.launch(Unseen("<f4", ptr=0x7F00BEEF3000)) == (0x7F00BEEF3000).to_bytes(8, "little")
+        assert len(p.misses) == 1
+
+
+class FakeDLPack:
+    """A DLPack array, as a library without __cuda_array_interface__ presents one."""
+
+    def __init__(self, device=(2, 0)):
+        self.device = device
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not reached in this test")
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def test_a_dlpack_array_on_the_host_is_refused_and_one_on_a_gpu_needs_cuda_core():
+    with pytest.raises(TypeError, match=r"on DLPack device \(1, 0\)"):
+        cuda.typeof(FakeDLPack((1, 0)))
+    with pytest.raises(TypeError, match="accepted are"):
+        cuda.typeof(np.zeros(3, np.float32))  # a numpy array is a DLPack array on the host
+    import importlib.util
+
+    if importlib.util.find_spec("cuda.core") is None:
+        with pytest.raises(TypeError, match=r"reading it needs cuda\.core"):
+            cuda.typeof(FakeDLPack())
+
+
+def test_cuda_core_buffers_and_strided_memory_views_are_device_arrays():
+    # Stand-ins with cuda.core's class names and attributes (cuda.core needs a GPU to make a
+    # Buffer); the GPU tests pass the real ones.
+    Buffer = type("Buffer", (), {"__module__": "cuda.core._memory"})
+    View = type("StridedMemoryView", (), {"__module__": "cuda.core.utils"})
+    b = Buffer()
+    b.handle, b.size, b.is_device_accessible, b.device_id = 0x7F00CAFE0000, 64, True, 0
+    v = View()
+    v.ptr, v.shape, v.strides, v.dtype = 0x7F00CAFE1000, (4,), None, np.dtype(np.float32)
+    v.is_device_accessible, v.device_id = True, 0
+    assert cuda.typeof(b) is A[np.uint8] and cuda.typeof(v) is A[np.float32]
+    with Published() as p:
+        assert p.launch(v) == (0x7F00CAFE1000).to_bytes(8, "little") and not p.misses
+    v.strides = (2,)
+    with pytest.raises(ValueError, match="non-contiguous"):
+        cuda.typeof(v)
+    b.is_device_accessible = False
+    with pytest.raises(ValueError, match="Buffer in host memory"):
+        cuda.typeof(b)

@@ -21,7 +21,7 @@ from ...kernels import Definitions, code_of, uncached_lookup, unsupported_argume
 from ...types import WEAK, Struct, WeakScalar, resolve_weak
 from . import _params
 from . import _types as _types
-from ._array import Array, cuarray_class, device_pointer
+from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
 from ._compiler import COMPILER_KWARGS, LinkedKernel, compiler_config
 from ._driver import Context, current_context, current_key, launch_cooperative, local
 
@@ -173,7 +173,9 @@ class _CUDALauncher(launching.Launcher):
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
-            return "cls", cuarray_class(t.dtype), None
+            # a CuArray by its class; a foreign array by its class (_CAI, _R) and then its
+            # element type (this typestr), contiguity and mask
+            return "array", cuarray_class(t.dtype), np.dtype(t.dtype).str
         if isinstance(t, type) and issubclass(t, Struct):
             return "cls_dtype_0d", np.void, t.dtype
         if isinstance(t, type) and issubclass(t, WeakScalar):
@@ -189,6 +191,8 @@ class _CUDALauncher(launching.Launcher):
             "_pointer": _pointer,
             "_cooperative": _cooperative,
             "_half": _types.half_bits,
+            "_R": FOREIGN,
+            "_CAI": CAI_CLASSES,
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):

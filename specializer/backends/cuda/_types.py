@@ -14,7 +14,20 @@ import numpy as np
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
 from ...types import Struct
-from ._array import ARGTYPES, Array, CuArray, array_type
+from ._array import (
+    ARGTYPES,
+    CAI_CLASSES,
+    DLPACK_CUDA,
+    FOREIGN,
+    Array,
+    CuArray,
+    _buffer_pointer,
+    _dlpack_pointer,
+    _view_pointer,
+    array_type,
+    is_cuda_core,
+    strided_view,
+)
 
 __all__ = [
     "ACCEPTED",
@@ -105,8 +118,10 @@ ACCEPTED = (
     "Python bool, int and float; numpy bool_, int8 to int64, uint8 to uint64, float16, "
     "float32 and float64 scalars (and their subclasses); a struct by value: a numpy "
     "structured scalar (np.void) or a 0-d or one-element array of a structured dtype, in "
-    "native byte order; a CuArray or any object with __cuda_array_interface__ (CuPy, "
-    "PyTorch, Numba) holding a C- or F-contiguous numeric array in native byte order"
+    "native byte order; a CuArray, any object with __cuda_array_interface__ (CuPy, "
+    "PyTorch, Numba) or a DLPack array on a CUDA device (__dlpack__, through cuda.core), "
+    "holding a C- or F-contiguous numeric array in native byte order; cuda.core's "
+    "StridedMemoryView, and its Buffer (as Array[np.uint8])"
 )
 
 
@@ -148,9 +163,43 @@ def _typeof_other(value: Any) -> type:
         raise TypeError(
             f"reading __cuda_array_interface__ of a {type(value).__qualname__} failed: {e}"
         ) from e
-    if cai is None:
-        raise unsupported_argument(value, ACCEPTED)
-    return _cai_type(value, cai)
+    if cai is not None:
+        t = _cai_type(value, cai)
+        CAI_CLASSES.add(value.__class__)  # the fast path knows it now
+        return t
+    if is_cuda_core(value, "Buffer"):
+        if not value.is_device_accessible:
+            raise ValueError("cannot pass a cuda.core Buffer in host memory to a kernel")
+        FOREIGN.setdefault(value.__class__, _buffer_pointer)
+        return array_type(np.uint8)
+    if is_cuda_core(value, "StridedMemoryView"):
+        t = _view_type(value)
+        FOREIGN.setdefault(value.__class__, _view_pointer)
+        return t
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        device = value.__dlpack_device__()
+        if int(device[0]) not in DLPACK_CUDA:
+            raise unsupported_argument(
+                value, ACCEPTED + f" (this one is on DLPack device {device})"
+            )
+        t = _view_type(strided_view(value))
+        FOREIGN.setdefault(value.__class__, _dlpack_pointer)
+        return t
+    raise unsupported_argument(value, ACCEPTED)
+
+
+def _view_type(v: Any) -> type:
+    """The argument type of a cuda.core StridedMemoryView, with the checks of an array."""
+    if not v.is_device_accessible:
+        raise ValueError(
+            "cannot pass an array in host memory to a kernel (a StridedMemoryView that is not "
+            "device accessible): copy it to the device first"
+        )
+    dtype = np.dtype(v.dtype)
+    shape = tuple(v.shape)
+    strides = None if v.strides is None else tuple(s * dtype.itemsize for s in v.strides)
+    cai = {"typestr": dtype.str, "shape": shape, "strides": strides}
+    return _cai_type(v, cai)
 
 
 def _cai_type(value: Any, cai: Any) -> type:
