@@ -40,6 +40,7 @@ same run.
 2. On a GPU (skipped without one): host time per launch of a trivial kernel, the median over
    interleaved rounds of launches (synchronized between rounds, outside the timing), for
    ``launch(...)``, a ``HostKernel`` call, raw ``cuLaunchKernel`` with a pre-packed buffer,
+   ``launch(...)`` with a foreign array (a class with ``__cuda_array_interface__``),
    ``cuLaunchKernel`` with (values, types), cuda.core's ``launch`` and, when installed, CuPy's
    ``RawKernel``, Numba-CUDA and Triton; then instructions per call (the CPU's counter for
    the calling thread's user space, via perf_event_open; callgrind where that is not
@@ -503,6 +504,13 @@ def gpu(rounds: int, per_round: int) -> bool:
         for _ in range(k):
             hk(x, v, N, grid=grid, block=BLOCK)
 
+    f = ForeignArray(x.ptr, N)
+    cuda.typeof(f)  # its class typed once, as a first launch does
+
+    def ours_foreign(k):
+        for _ in range(k):
+            launch(fill, f, v, N, grid=grid, block=BLOCK)
+
     def raw_packed(k):
         for _ in range(k):
             packed.x = p
@@ -517,6 +525,7 @@ def gpu(rounds: int, per_round: int) -> bool:
     bodies: dict[str, Callable[[int], None]] = {
         "specializer launch(...)": ours_launch,
         "specializer HostKernel call": ours_hostkernel,
+        "specializer launch(...), a foreign array (__cuda_array_interface__)": ours_foreign,
         "raw cuLaunchKernel, pre-packed buffer": raw_packed,
         "cuLaunchKernel, (values, types)": raw_tuple,
     }

@@ -170,6 +170,7 @@ def _typeof_other(value: Any) -> type:
     if is_cuda_core(value, "Buffer"):
         if not value.is_device_accessible:
             raise ValueError("cannot pass a cuda.core Buffer in host memory to a kernel")
+        _check_device(value, value.device_id)
         FOREIGN.setdefault(value.__class__, _buffer_pointer)
         return array_type(np.uint8)
     if is_cuda_core(value, "StridedMemoryView"):
@@ -182,10 +183,28 @@ def _typeof_other(value: Any) -> type:
             raise unsupported_argument(
                 value, ACCEPTED + f" (this one is on DLPack device {device})"
             )
+        if int(device[0]) == 2:  # kDLCUDA: one device's memory
+            _check_device(value, int(device[1]))
         t = _view_type(strided_view(value))
         FOREIGN.setdefault(value.__class__, _dlpack_pointer)
         return t
     raise unsupported_argument(value, ACCEPTED)
+
+
+def _check_device(value: Any, device_id: int) -> None:
+    """A ``ValueError`` when ``value``'s memory is on another device than the current
+    context's (what its launch runs on); nothing to compare with where no GPU is."""
+    from ._driver import available, current_context
+
+    if not available():
+        return
+    ordinal = current_context().ordinal
+    if device_id != ordinal:
+        raise ValueError(
+            f"cannot pass a {type(value).__module__}.{type(value).__qualname__} in the memory of "
+            f"device {device_id} to a kernel launched on device {ordinal} (the current "
+            f"context's): copy it, or launch in a context of device {device_id}"
+        )
 
 
 def _view_type(v: Any) -> type:
@@ -195,6 +214,8 @@ def _view_type(v: Any) -> type:
             "cannot pass an array in host memory to a kernel (a StridedMemoryView that is not "
             "device accessible): copy it to the device first"
         )
+    if getattr(v, "device_id", None) is not None and v.device_id >= 0:
+        _check_device(v, v.device_id)
     dtype = np.dtype(v.dtype)
     shape = tuple(v.shape)
     strides = None if v.strides is None else tuple(s * dtype.itemsize for s in v.strides)
