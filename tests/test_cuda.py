@@ -1987,6 +1987,8 @@ def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer()
         ):
             assert p.launch(other) is None
         assert len(p.misses) == 5
+        odd = FakeCAI("<f4", ptr=np.uint64(0x7F00BEEF4000))  # a pointer that is no int
+        assert p.launch(odd) == (0x7F00BEEF4000).to_bytes(8, "little")
         # a HostKernel call's guard is the same
         p.call(fill, p.where, FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
         assert p.rec.calls[-1][4][0] == (0x7F00BEEF2000).to_bytes(8, "little")

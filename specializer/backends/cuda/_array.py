@@ -93,7 +93,7 @@ def device_pointer(obj: Any) -> int:
         ptr = reader(obj, None)
         if ptr is not None:
             return ptr
-    return obj.__cuda_array_interface__["data"][0]
+    return int(obj.__cuda_array_interface__["data"][0])
 
 
 # -- foreign arrays: a reader per class (see the module's docstring) ------------------------------

@@ -91,7 +91,10 @@ def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def _pointer(linked: LinkedKernel, i: int, a: Any) -> int:
-    """The device pointer of a device array that is not a CuArray of the parameter's type."""
+    """The device pointer of a device array that is not a CuArray of the parameter's type
+    (or the pointer a foreign array's guard read, when it is not a Python int)."""
+    if isinstance(a, (int, np.integer)):
+        return int(a)
     return device_pointer(a)
 
 
