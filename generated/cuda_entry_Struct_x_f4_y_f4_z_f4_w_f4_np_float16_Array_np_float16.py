@@ -16,7 +16,10 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             bx, by, bz = _dim3(block, "block")
         s = _null if stream is None else _stream(stream)
         a1 = _half(a1)
-        a2 = a2.ptr if a2.__class__ is _own2 else _pointer(linked, 2, a2)
+        if a2.__class__ is _own2:
+            a2 = a2.ptr
+        elif a2.__class__ is not int:  # (a foreign array's guard set it to its pointer)
+            a2 = _pointer(linked, 2, a2)
         try:
             b = _take()
         except IndexError:
@@ -54,7 +57,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
                 a0, a1, a2, = args
             except ValueError:
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
-            if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and a2.__class__ is _C2):
+            if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if grid.__class__ is int and grid > 0:
                 gx, gy, gz = grid, 1, 1
@@ -66,7 +69,10 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
                 bx, by, bz = _dim3(block, "block")
             s = _null if stream is None else _stream(stream)
             a1 = _half(a1)
-            a2 = a2.ptr if a2.__class__ is _own2 else _pointer(linked, 2, a2)
+            if a2.__class__ is _own2:
+                a2 = a2.ptr
+            elif a2.__class__ is not int:  # (a foreign array's guard set it to its pointer)
+                a2 = _pointer(linked, 2, a2)
             try:
                 b = _take()
             except IndexError:
@@ -96,7 +102,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             a0, a1, a2, = args
         except ValueError:
             return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-        if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and a2.__class__ is _C2):
+        if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
             return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
@@ -108,7 +114,10 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             bx, by, bz = _dim3(block, "block")
         s = _null if stream is None else _stream(stream)
         a1 = _half(a1)
-        a2 = a2.ptr if a2.__class__ is _own2 else _pointer(linked, 2, a2)
+        if a2.__class__ is _own2:
+            a2 = a2.ptr
+        elif a2.__class__ is not int:  # (a foreign array's guard set it to its pointer)
+            a2 = _pointer(linked, 2, a2)
         try:
             b = _take()
         except IndexError:

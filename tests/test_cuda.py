@@ -413,9 +413,10 @@ def with_driver(tt, launch, lookup_tt=None):
     return fn
 
 
-def launch_recorded(tt, *args, grid=1, block=1, stream=None, shared_mem=0):
+def launch_recorded(tt, *args, grid=1, block=1, stream=None, shared_mem=0, lookup_tt=None):
     rec = Recorder(tt)
-    lookup_tt = tuple(cuda.typeof(a) for a in args) if len(args) == len(tt) else tt
+    if lookup_tt is None:
+        lookup_tt = tuple(cuda.typeof(a) for a in args) if len(args) == len(tt) else tt
     with_driver(tt, rec, lookup_tt)(grid, block, shared_mem, stream, args)
     return rec.calls[0]
 
@@ -1776,3 +1777,455 @@ def test_device_functions_of_one_name_from_two_libraries_compile_together_or_say
         "\nnote: device functions same_c of lib_one and same_c of lib_two are compiled into "
         "kernel clashing together: if their sources define the same C name, rename one of them"
     )
+# -- one NVRTC program per source; in-memory headers; included headers in every key ------------
+
+TWO_KERNELS = """
+extern "C" __global__ void twin_a(float *x) { x[threadIdx.x] += 1.0f; }
+extern "C" __global__ void __launch_bounds__(128) twin_b(float *x) { x[threadIdx.x] *= 2.0f; }
+"""
+
+
+def test_two_kernels_of_one_source_are_one_nvrtc_run_and_one_disk_entry(tmp_path, monkeypatch):
+    from specializer.backends.cuda import _compiler
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    src = TWO_KERNELS + f"// {tmp_path}\n"  # a source of this test only
+
+    @cuda.kernel
+    def twin_a(x: A[np.float32]) -> str:
+        return src
+
+    @cuda.kernel
+    def twin_b(x: A[np.float32]) -> str:
+        return src
+
+    seen = []
+    n, core = _compiler.nvrtc_compiles(), compile_count()
+    with specializer.device_code(lambda job, artifact: seen.append(artifact)):
+        ptx_a = cuda.code_ptx(twin_a, (A[np.float32],), arch=ARCH)
+        ptx_b = cuda.code_ptx(twin_b, (A[np.float32],), arch=ARCH)
+    assert _compiler.nvrtc_compiles() == n + 1  # one NVRTC run for both kernels
+    assert compile_count() == core + 2  # two method instances, as before
+    assert ptx_a == ptx_b and ".entry twin_a" in ptx_a and ".entry twin_b" in ptx_a
+    a, b = seen
+    assert a.program == b.program and (a.entry, b.entry) == ("twin_a", "twin_b")
+    assert len(entry_files(tmp_path)) == 1
+    # another process: either kernel first, the disk entry serves both, no NVRTC run
+    prog = f"""
+import json, numpy as np
+from specializer.backends import cuda
+from specializer.backends.cuda import _compiler
+src = {src!r}
+@cuda.kernel
+def twin_b(x: cuda.Array[np.float32]) -> str:
+    return src
+@cuda.kernel
+def twin_a(x: cuda.Array[np.float32]) -> str:
+    return src
+for k in (twin_b, twin_a):
+    cuda.code_ptx(k, (cuda.Array[np.float32],), arch={ARCH!r})
+print(json.dumps(_compiler.nvrtc_compiles()))
+"""
+    env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == 0 and len(entry_files(tmp_path)) == 1
+
+
+def test_a_template_instance_is_its_own_program_with_the_sources_kernels():
+    from specializer.backends.cuda import _compiler
+
+    src = """
+    extern "C" __global__ void plain_k(float *x) { x[0] = 1.0f; }
+    template <typename T> __global__ void tmpl_k(T *x) { x[0] = T(2); }
+    """
+
+    @cuda.kernel
+    def tmpl_k(x: A[np.number]) -> str:
+        return cuda.KernelSource(src, entry=f"tmpl_k<{cuda.ctype(x.dtype)}>")
+
+    @cuda.kernel
+    def plain_k(x: A[np.float32]) -> str:
+        return src
+
+    n = _compiler.nvrtc_compiles()
+    f32 = cuda.code_ptx(tmpl_k, (A[np.float32],), arch=ARCH)
+    assert cuda.code_ptx(plain_k, (A[np.float32],), arch=ARCH) == f32  # the same program
+    f64 = cuda.code_ptx(tmpl_k, (A[np.float64],), arch=ARCH)
+    assert _compiler.nvrtc_compiles() == n + 2
+    assert "_Z6tmpl_kIfEvPT_" in f32 and "_Z6tmpl_kIdEvPT_" not in f32
+    assert "_Z6tmpl_kIdEvPT_" in f64 and ".entry plain_k" in f64
+
+
+def test_a_name_that_is_no_nameable_kernel_falls_back_to_the_entry_alone():
+    src = """
+    #define DECLARE(name) extern "C" __global__ void name(float *x)
+    #if 0
+    extern "C" __global__ void hidden_k(float *x) {}
+    #endif
+    extern "C" __global__ void shown_k(float *x) { x[0] = 3.0f; }
+    """
+
+    @cuda.kernel
+    def shown_k(x: A[np.float32]) -> str:
+        return src
+
+    ptx = cuda.code_ptx(shown_k, (A[np.float32],), arch=ARCH)
+    assert ".entry shown_k" in ptx and "hidden_k" not in ptx
+
+
+def test_kernel_names_finds_file_scope_non_template_kernels():
+    from specializer.backends.cuda._compiler import kernel_names
+
+    src = """
+    using namespace cooperative_groups;
+    extern "C" __global__ void a(float *x) { if (1) { } }
+    extern "C" {
+    __global__ void __launch_bounds__(256) b(int *y) {}
+    }
+    template <typename T> __global__ void t(T *x) {}
+    namespace ns { __global__ void n(float *x) {} }
+    __global__ void o(int*); __global__ void o(float*) {}
+    // __global__ void commented(int *x)
+    static __global__ void
+      c(float *x) {}
+    """
+    assert kernel_names(src) == ["a", "b", "c"]
+
+
+BINOMIAL_COMMON = "#define STEPS {steps}\ntypedef float real;\n"
+BINOMIAL = """
+#include "binomial_common.h"
+extern "C" __global__ void binomial_k(real *x) { x[threadIdx.x] = STEPS; }
+"""
+
+
+def test_kernel_source_takes_in_memory_headers_and_a_program_name():
+    def kernel_for(steps):
+        @cuda.kernel
+        def binomial_k(x: A[np.float32]) -> str:
+            return cuda.KernelSource(
+                BINOMIAL,
+                name="binomial_kernel.cu",
+                headers={"binomial_common.h": BINOMIAL_COMMON.format(steps=steps)},
+            )
+
+        return binomial_k
+
+    ptx = cuda.code_ptx(kernel_for(2048), (A[np.float32],), arch=ARCH)
+    assert "1157627904" in ptx  # 2048.0f's bits
+    # the headers' contents are part of the key: another text is another program
+    assert "1149239296" in cuda.code_ptx(kernel_for(1024), (A[np.float32],), arch=ARCH)
+    s = cuda.KernelSource("x", name="k.cu", headers={"h.h": "1"})
+    assert (s.entry, s.name, s.headers) == (None, "k.cu", (("h.h", "1"),))
+    assert repr(s) == "KernelSource('x', entry=None, name='k.cu', headers={'h.h': '1'})"
+    with pytest.raises(TypeError, match="headers= maps include names to header texts"):
+        cuda.KernelSource("x", headers={"h.h": b"1"})
+    with pytest.raises(ValueError, match="name= is the program's file name"):
+        cuda.KernelSource("x", name="")
+
+
+def test_a_source_with_a_nul_byte_is_a_compile_error():
+    @cuda.kernel
+    def nul_k(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void nul_k(float *x) { x[0] = 1.0f; }\0 garbage'
+
+    with pytest.raises(CompileError, match=r"source of kernel nul_k holds a NUL character"):
+        cuda.code_ptx(nul_k, (A[np.float32],), arch=ARCH)
+
+
+PARAMS_KERNEL = """#include "params.h"
+extern "C" __global__ void hdr_k(float *x) { x[threadIdx.x] = SCALE; }
+"""
+
+
+def _hdr_kernel():
+    @cuda.kernel
+    def hdr_k(x: A[np.float32]) -> str:
+        return PARAMS_KERNEL
+
+    return hdr_k
+
+
+def test_editing_an_included_header_and_redefining_rebuilds_in_this_process(tmp_path):
+    inc = tmp_path / "include"
+    inc.mkdir()
+    (inc / "params.h").write_text("#define SCALE 2.0f\n")
+    opts = (f"-I{inc}",)
+    before = cuda.code_ptx(_hdr_kernel(), (A[np.float32],), arch=ARCH, options=opts)
+    (inc / "params.h").write_text("#define SCALE 4.0f\n")
+    after = cuda.code_ptx(_hdr_kernel(), (A[np.float32],), arch=ARCH, options=opts)
+    assert "1073741824" in before and "1082130432" in after  # 2.0f, 4.0f
+
+
+_HEADER_PROGRAM = """
+import json, sys, numpy as np
+from specializer.backends import cuda
+from specializer.backends.cuda import _compiler
+@cuda.kernel
+def hdr_k(x: cuda.Array[np.float32]) -> str:
+    return '''#include "params.h"
+extern "C" __global__ void hdr_k(float *x) { x[threadIdx.x] = SCALE; }
+'''
+ptx = cuda.code_ptx(hdr_k, (cuda.Array[np.float32],), arch=sys.argv[1], options=("-Iinclude",))
+print(json.dumps({"compiles": _compiler.nvrtc_compiles(), "four": "1082130432" in ptx}))
+"""
+
+
+def test_an_edited_header_or_another_projects_header_misses_the_disk_cache(tmp_path):
+    cache = tmp_path / "cache"
+    env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(cache)}
+
+    def run_in(project):
+        out = subprocess.run(
+            [sys.executable, "-c", _HEADER_PROGRAM, ARCH],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=project,
+        )
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    p1, p2 = tmp_path / "p1", tmp_path / "p2"
+    for p, scale in ((p1, "2.0f"), (p2, "4.0f")):
+        (p / "include").mkdir(parents=True)
+        (p / "include" / "params.h").write_text(f"#define SCALE {scale}\n")
+    assert run_in(p1) == {"compiles": 1, "four": False}
+    assert run_in(p1) == {"compiles": 0, "four": False}
+    assert run_in(p2) == {"compiles": 1, "four": True}  # the same -Iinclude, another header
+    (p1 / "include" / "params.h").write_text("#define SCALE 4.0f\n")
+    assert run_in(p1) == {"compiles": 1, "four": True}  # the edited header
+
+
+# -- arguments: byte order of struct fields, __half range, structs, the kernel's own types ------
+
+
+def test_a_struct_with_a_big_endian_field_is_refused_like_a_big_endian_array():
+    from specializer.backends.cuda import _launch
+
+    be = np.dtype([("x", ">f4"), ("y", "<f4")])
+    with pytest.raises(ValueError, match=r"cannot pass a struct of dtype .* native byte order"):
+        cuda.typeof(np.zeros((), be))
+    with pytest.raises(ValueError, match=r"argument 1 of kernel fill .*native byte order"):
+        _launch._launcher.argtypes((np.float32(1), np.zeros(1, be)[0]), fill)
+    with pytest.raises(ValueError, match="native byte order"):  # a cufunction's tt, too
+        _launch._launcher.kinds((cuda.Struct[be],), (cuda.Struct[be],), 0)
+
+
+def test_a_python_float_too_large_for_a_half_parameter_is_an_overflow_error():
+    from specializer.types import Weak
+
+    tt = (np.float16,)
+    with pytest.raises(OverflowError, match=r"1000000\.0 does not fit np\.float16 .*parameter 0"):
+        launch_recorded(tt, 1e6, lookup_tt=(Weak[float],))
+    raw = launch_recorded(tt, 1.5, lookup_tt=(Weak[float],))[4]
+    assert raw == [np.float16(1.5).tobytes()]
+    assert launch_recorded(tt, float("inf"), lookup_tt=(Weak[float],))[4] == [
+        np.float16(np.inf).tobytes()
+    ]
+    assert launch_recorded(tt, np.float16(2))[4] == [np.float16(2).tobytes()]
+
+
+def test_the_type_error_for_an_unsupported_value_lists_every_kind_with_structs():
+    with pytest.raises(TypeError) as e:
+        cuda.typeof("a string")
+    msg = str(e.value)
+    for kind in ("Python bool, int and float", "float16", "np.void", "structured dtype"):
+        assert kind in msg
+    assert "__cuda_array_interface__" in msg and "CuArray" in msg
+
+
+def test_a_one_element_array_of_a_struct_dtype_passes_by_value_like_a_0d_one():
+    double3 = np.dtype([("x", "<f8"), ("y", "<f8"), ("z", "<f8")])
+    rhs = np.array([1.0, 2.0, 3.0])
+    one = rhs.view(double3)  # as CuPy's examples pass a struct
+    assert one.shape == (1,) and cuda.typeof(one) is cuda.Struct[double3]
+    assert cuda.typeof(one.reshape(())) is cuda.Struct[double3]
+    assert launch_recorded((cuda.Struct[double3],), one)[4] == [rhs.tobytes()]
+    with pytest.raises(TypeError, match=r"cannot pass a numpy\.ndarray"):
+        cuda.typeof(np.zeros(2, double3))  # two structs are no struct
+
+
+@cuda.kernel
+def int_param(x: A[np.int32], v: np.number) -> str:
+    return 'extern "C" __global__ void int_param(int *x, int v) { x[0] = v; }'
+
+
+def test_an_argument_of_another_kind_or_size_than_the_kernels_parameter_is_a_type_error():
+    assert ".entry int_param" in cuda.code_ptx(int_param, (A[np.int32], np.int32), arch=ARCH)
+    assert cuda.code_ptx(int_param, (A[np.int32], np.uint32), arch=ARCH)  # same kind, size
+    msg = (
+        r"argument 1 of kernel int_param \(counting from 0, captured values first\) is a "
+        r"np\.float32 \(4-byte floating-point\), but the kernel's parameter 1 is a 4-byte "
+        r"integer \(PTX \.u32\)"
+    )
+    with pytest.raises(TypeError, match=msg):
+        cuda.code_ptx(int_param, (A[np.int32], np.float32), arch=ARCH)
+    with pytest.raises(TypeError, match=r"is a np\.int64 \(8-byte integer\), but .* 4-byte"):
+        cuda.code_ptx(int_param, (A[np.int32], np.int64), arch=ARCH)
+
+
+def test_a_kernel_launched_with_too_few_arguments_is_a_type_error():
+    @cuda.kernel
+    def two_params(x: A[np.float32]) -> str:
+        return 'extern "C" __global__ void two_params(float *x, int n) { x[0] = n; }'
+
+    with pytest.raises(TypeError, match=r"kernel two_params takes 2 parameter\(s\)"):
+        cuda.code_ptx(two_params, (A[np.float32],), arch=ARCH)
+
+
+def test_ptx_parameters_reads_every_kind_of_parameter():
+    from specializer.backends.cuda import _compiler
+
+    src = """#include <cuda_fp16.h>
+    struct S { double a; int b; };
+    extern "C" __global__ void every_param(float *x, int v, double d, __half h, S s,
+                                           float4 f, bool b, long long l) {}"""
+    ptx = _compiler.nvrtc_compile(src, ("every_param",), ARCH).ptx
+    kinds = [(k, n) for k, n, _ in _compiler.ptx_parameters(ptx, "every_param")]
+    assert kinds[1:] == [
+        ("i", 4),
+        ("f", 8),
+        ("bytes", 2),
+        ("bytes", 16),
+        ("bytes", 16),
+        ("i", 1),
+        ("i", 8),
+    ]
+    assert kinds[0] in (("i", 8), ("ptr", 8))
+
+
+# -- foreign device arrays on the front entry's fast path ---------------------------------------
+
+
+class Published:
+    """``fill``'s front entry for (Array[np.float32], np.float32, Weak[int]) published as a
+    lookup publishes it, with the driver replaced by a recorder and misses counted (a miss
+    is not launched)."""
+
+    def __init__(self):
+        from specializer import world
+        from specializer.backends.cuda._driver import local
+        from specializer.types import Weak
+
+        launcher = cuda._launch._launcher
+        self.tt = (A[np.float32], np.float32, Weak[int])
+        resolved = (A[np.float32], np.float32, np.int64)
+        self.factory = launcher._factory(self.tt, resolved, 0, False)
+        self.rec = Recorder(resolved)
+        self.misses = []
+        self.local, self.where = local, (object(), ())
+        _, front, self.call = self.factory(Fun(resolved), self.miss, self.mismatch, None)
+        self.entry = front(world.WORLD[0], self.where, {}, fill, launcher.other)
+
+    def miss(self, f, args, opts, kw):
+        self.misses.append(args)
+
+    def mismatch(self, linked, f, args, opts):
+        self.misses.append(args)
+
+    def __enter__(self):
+        glb = self.factory.__globals__
+        self.saved = glb["_launch"], self.local.key
+        glb["_launch"], self.local.key = self.rec, self.where
+        return self
+
+    def __exit__(self, *exc):
+        self.factory.__globals__["_launch"], self.local.key = self.saved
+
+    def launch(self, x):
+        n = len(self.rec.calls)
+        self.entry(fill, (x, np.float32(2), 4), 1, 1, None, 0, False, {})
+        return self.rec.calls[n][4][0] if len(self.rec.calls) > n else None
+
+
+def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer():
+    cuda.typeof(FakeCAI("<f4"))  # the slow path has typed one: its class has a reader
+    own = cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32)
+    with Published() as p:
+        assert p.launch(own) == (0x7F00DEAD0000).to_bytes(8, "little")
+        assert p.launch(FakeCAI("<f4", ptr=0x7F00BEEF0000)) == (0x7F00BEEF0000).to_bytes(
+            8, "little"
+        )
+        v2 = FakeCAI("<f4", ptr=0x7F00BEEF1000)
+        v2.__cuda_array_interface__["version"] = 2
+        del v2.__cuda_array_interface__["strides"], v2.__cuda_array_interface__["mask"]
+        assert p.launch(v2) == (0x7F00BEEF1000).to_bytes(8, "little")
+        assert p.misses == []
+        # what the fast path cannot vouch for takes the slow path, which checks it all
+        for other in (
+            FakeCAI("<f8"),  # another element type: another method, maybe
+            FakeCAI(">f4"),  # another byte order
+            FakeCAI("<f4", shape=(2, 2), strides=(4, 8)),  # F-order: contiguous, checked slow
+            FakeCAI("<f4", shape=(4,), strides=(8,)),  # strided
+            FakeCAI("<f4", mask=(0x1000, False)),  # masked
+        ):
+            assert p.launch(other) is None
+        assert len(p.misses) == 5
+        odd = FakeCAI("<f4", ptr=np.uint64(0x7F00BEEF4000))  # a pointer that is no int
+        assert p.launch(odd) == (0x7F00BEEF4000).to_bytes(8, "little")
+        # a HostKernel call's guard is the same
+        p.call(fill, p.where, FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
+        assert p.rec.calls[-1][4][0] == (0x7F00BEEF2000).to_bytes(8, "little")
+        assert len(p.misses) == 5
+
+
+def test_a_foreign_class_never_typed_takes_the_slow_path_once():
+    class Unseen(FakeCAI):
+        pass
+
+    from specializer.backends.cuda._array import FOREIGN
+
+    with Published() as p:
+        assert p.launch(Unseen("<f4")) is None and len(p.misses) == 1
+        assert Unseen not in FOREIGN
+        assert cuda.typeof(Unseen("<f4")) is A[np.float32]  # what the miss does first
+        assert p.launch(Unseen("<f4", ptr=0x7F00BEEF3000)) == (0x7F00BEEF3000).to_bytes(8, "little")
+        assert len(p.misses) == 1
+
+
+class FakeDLPack:
+    """A DLPack array, as a library without __cuda_array_interface__ presents one."""
+
+    def __init__(self, device=(2, 0)):
+        self.device = device
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("not reached in this test")
+
+    def __dlpack_device__(self):
+        return self.device
+
+
+def test_a_dlpack_array_on_the_host_is_refused_and_one_on_a_gpu_needs_cuda_core():
+    with pytest.raises(TypeError, match=r"on DLPack device \(1, 0\)"):
+        cuda.typeof(FakeDLPack((1, 0)))
+    with pytest.raises(TypeError, match="accepted are"):
+        cuda.typeof(np.zeros(3, np.float32))  # a numpy array is a DLPack array on the host
+    import importlib.util
+
+    if importlib.util.find_spec("cuda.core") is None:
+        with pytest.raises(TypeError, match=r"reading it needs cuda\.core"):
+            cuda.typeof(FakeDLPack())
+
+
+def test_cuda_core_buffers_and_strided_memory_views_are_device_arrays():
+    # Stand-ins with cuda.core's class names and attributes (cuda.core needs a GPU to make a
+    # Buffer); the GPU tests pass the real ones.
+    Buffer = type("Buffer", (), {"__module__": "cuda.core._memory"})
+    View = type("StridedMemoryView", (), {"__module__": "cuda.core.utils"})
+    b = Buffer()
+    b.handle, b.size, b.is_device_accessible, b.device_id = 0x7F00CAFE0000, 64, True, 0
+    v = View()
+    v.ptr, v.shape, v.strides, v.dtype = 0x7F00CAFE1000, (4,), None, np.dtype(np.float32)
+    v.is_device_accessible, v.device_id = True, 0
+    assert cuda.typeof(b) is A[np.uint8] and cuda.typeof(v) is A[np.float32]
+    with Published() as p:
+        assert p.launch(v) == (0x7F00CAFE1000).to_bytes(8, "little") and not p.misses
+    v.strides = (2,)
+    with pytest.raises(ValueError, match="non-contiguous"):
+        cuda.typeof(v)
+    b.is_device_accessible = False
+    with pytest.raises(ValueError, match="Buffer in host memory"):
+        cuda.typeof(b)

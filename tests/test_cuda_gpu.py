@@ -620,3 +620,145 @@ def test_a_second_process_loads_the_cubin_from_disk_and_runs_it(tmp_path):
         assert out.returncode == 0, out.stderr
         runs.append(json.loads(out.stdout))
     assert runs == [{"compiles": 1, "ok": True}, {"compiles": 0, "ok": True}]
+
+
+SHARED_SOURCE = """
+__device__ int shared_counter;
+extern "C" __global__ void shared_inc(int *x) { atomicAdd(&shared_counter, 1); x[0] = 1; }
+extern "C" __global__ void shared_read(int *x) { x[0] = shared_counter; }
+"""
+
+
+@cuda.kernel
+def shared_inc(x: A[np.int32]) -> str:
+    return SHARED_SOURCE
+
+
+@cuda.kernel
+def shared_read(x: A[np.int32]) -> str:
+    return SHARED_SOURCE
+
+
+def test_kernels_of_one_source_share_one_module_and_its_variables():
+    from specializer.backends.cuda import _compiler
+
+    x = cuda.CuArray.zeros(1, np.int32)
+    n = _compiler.nvrtc_compiles()
+    inc = cuda.cufunction(shared_inc, (A[np.int32],))
+    read = cuda.cufunction(shared_read, (A[np.int32],))
+    assert _compiler.nvrtc_compiles() <= n + 1
+    assert inc.linked.module is read.linked.module
+    for _ in range(3):
+        inc(x, grid=2, block=32)
+    read(x, grid=1, block=1)
+    assert x.get()[0] == 3 * 64  # the counter the other kernel incremented
+
+
+# -- foreign device arrays on the fast path ------------------------------------------------------
+
+
+def _counting_misses(monkeypatch):
+    """The front entries published from now on count their misses (launches they do not
+    hold, which take the slow path)."""
+    launcher = cuda._launch._launcher
+    real, misses = launcher.miss, []
+
+    def miss(f, args, opts, kw):
+        misses.append(args)
+        return real(f, args, opts, kw)
+
+    monkeypatch.setattr(launcher, "miss", miss)
+    return misses
+
+
+def _foreign_fill():
+    @cuda.kernel
+    def foreign_fill(x: A[np.generic], v: np.generic, n: np.int64) -> str:
+        t = cuda.ctype(x.dtype)
+        return f"""extern "C" __global__ void foreign_fill({t} *x, {t} v, long long n) {{
+            long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+            if (i < n) x[i] = v; }}"""
+
+    return foreign_fill
+
+
+def test_a_foreign_array_class_takes_the_fast_path_after_its_first_launch(monkeypatch):
+    k = _foreign_fill()
+    misses = _counting_misses(monkeypatch)
+    own = cuda.CuArray.zeros(N, np.float32)
+    run(k, FakeCAI("<f4", shape=(N,), ptr=own.ptr), np.float32(1), N)  # types the class
+    for i in range(2, 6):
+        run(k, FakeCAI("<f4", shape=(N,), ptr=own.ptr), np.float32(i), N)
+        np.testing.assert_array_equal(own.get(), np.full(N, i, np.float32))
+    assert misses == []  # every launch after the first hit the front entry
+    other = cuda.CuArray.zeros(N, np.float64)  # another element type: the slow path, right
+    run(k, FakeCAI("<f8", shape=(N,), ptr=other.ptr), np.float64(7), N)
+    np.testing.assert_array_equal(other.get(), np.full(N, 7.0))
+    assert len(misses) == 1
+
+
+def test_cupy_and_torch_arrays_take_the_fast_path(monkeypatch):
+    k = _foreign_fill()
+    misses = _counting_misses(monkeypatch)
+    ran = []
+    try:
+        import cupy as cp
+    except ImportError:
+        cp = None
+    if cp is not None:
+        x = cp.zeros(N, dtype=cp.float32)
+        for i in range(3):
+            run(k, x, np.float32(i), N)
+        np.testing.assert_array_equal(cp.asnumpy(x), np.full(N, 2, np.float32))
+        ran.append("cupy")
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None and torch.cuda.is_available():
+        t = torch.zeros(N, device="cuda", dtype=torch.float32)
+        for i in range(3):
+            run(k, t, np.float32(i), N)
+        cuda.synchronize()
+        assert (t.cpu().numpy() == 2).all()
+        ran.append("torch")
+    if not ran:
+        pytest.skip("neither CuPy nor PyTorch is installed")
+    assert len(misses) <= len(ran) - 1  # at most the switch from one library's class
+
+
+def test_cuda_core_buffers_views_and_dlpack_arrays_are_launched():
+    pytest.importorskip("cuda.core")
+    cp = pytest.importorskip("cupy")
+    from cuda.core.utils import StridedMemoryView
+
+    k = _foreign_fill()
+    x = cp.zeros(N, dtype=cp.float32)
+    run(k, StridedMemoryView(x, stream_ptr=-1), np.float32(3), N)
+    np.testing.assert_array_equal(cp.asnumpy(x), np.full(N, 3, np.float32))
+
+    class OnlyDLPack:
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, *args, **kwargs):
+            return self.a.__dlpack__(*args, **kwargs)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    for i in (4, 5):
+        run(k, OnlyDLPack(x), np.float32(i), N)
+        np.testing.assert_array_equal(cp.asnumpy(x), np.full(N, i, np.float32))
+
+    from cuda.core import Device
+
+    dev = Device()
+    dev.set_current()
+    buf = dev.allocate(N)  # N bytes
+    u8 = _foreign_fill()
+    run(u8, buf, np.uint8(9), N)
+    dev.sync()
+    host = np.empty(N, np.uint8)
+    cp.cuda.runtime.memcpy(host.ctypes.data, int(buf.handle), N, 2)  # device to host
+    assert (host == 9).all()

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Check the CUDA back-end on a machine with an NVIDIA GPU, in one go and within 8 minutes:
 # install the project with its cuda and test extras into a fresh virtual environment, run
-# the GPU-marked tests and the CUDA tests, install what the benchmark compares against
-# (cuda.core, CuPy, Numba-CUDA, and PyTorch + Triton while time allows), then run
-# tools/bench_cuda.py. Everything goes to a log; the exit status is non-zero when a test or a
-# benchmark bar fails.
+# every GPU-marked test and the CUDA tests, install what the benchmark compares against
+# (cuda.core, CuPy, Numba-CUDA, and PyTorch + Triton while time allows; each one missing is
+# named and skipped), then run tools/bench_cuda.py (our launch against raw cuLaunchKernel,
+# cuda.core's launch, CuPy's RawKernel, Numba-CUDA). Everything goes to a log, which ends in
+# one table of every step's result; the exit status is non-zero when a test or a benchmark
+# bar fails.
 #
 # Usage: tools/gpu_check.sh [LOG]        (LOG default: build/gpu_check/gpu_check.log)
 # Environment: PYTHON (default python3); GPU_CHECK_BUDGET, seconds for everything (default
@@ -32,6 +34,9 @@ start=$SECONDS
 left() { echo $((BUDGET - (SECONDS - start))); }
 step() { printf '\n== %s (t=%ss)\n' "$*" "$((SECONDS - start))"; }
 failed=()
+summary=()  # rows of the closing table: "step|result"
+row() { summary+=("$1|$2"); }
+trim() { local s="$1"; s="${s#"${s%%[![:space:]]*}"}"; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
 
 step "machine"
 nvidia-smi || echo "nvidia-smi not found"
@@ -81,10 +86,13 @@ if not cuda.available():
 print(cuda.current_context(), "NVRTC archs:", cuda.supported_archs())
 EOF
 
-step "tests: GPU-marked, then the CUDA tests without a GPU"
-timeout 200 "$PYV" -m pytest -p no:cacheprovider -m gpu -rs -v tests/test_cuda_gpu.py ||
-    failed+=("GPU tests")
-timeout 60 "$PYV" -m pytest -p no:cacheprovider -q tests/test_cuda.py || failed+=("CUDA tests")
+step "tests: every GPU-marked one, then the CUDA tests without a GPU"
+timeout 200 "$PYV" -m pytest -p no:cacheprovider -m gpu -rs -v tests/ | tee "$WORK/gpu_tests.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || failed+=("GPU tests")
+row "GPU tests (pytest -m gpu tests/)" "$(tail -n 1 "$WORK/gpu_tests.txt" | tr -d '=|')"
+timeout 90 "$PYV" -m pytest -p no:cacheprovider -q tests/test_cuda.py | tee "$WORK/cuda_tests.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || failed+=("CUDA tests")
+row "CUDA tests without a GPU (tests/test_cuda.py)" "$(tail -n 1 "$WORK/cuda_tests.txt" | tr -d '=|')"
 
 if [ "${GPU_CHECK_EXTRAS:-1}" = 1 ]; then
     step "optional libraries for the benchmark (time left: $(left)s)"
@@ -105,16 +113,31 @@ if [ -n "${apt_pid:-}" ]; then
     wait "$apt_pid" || echo "(valgrind not installed: see $WORK/apt.log)"
 fi
 
+for lib in cuda.core cupy numba.cuda torch triton; do
+    if "$PYV" -c "import $lib" 2>/dev/null; then row "$lib" "installed"; else
+        row "$lib" "not installed: its benchmark row is skipped"; fi
+done
+
 step "benchmark: tools/bench_cuda.py (time left: $(left)s)"
 t=$(($(left) - 5))
 if [ "$t" -gt 30 ]; then
-    timeout "$t" "$PYV" tools/bench_cuda.py --rounds 30 --per-round 500 || failed+=("benchmark")
+    timeout "$t" "$PYV" tools/bench_cuda.py --rounds 30 --per-round 500 | tee "$WORK/bench.txt"
+    [ "${PIPESTATUS[0]}" = 0 ] || failed+=("benchmark")
+    # the launch rows (ns/launch, x raw) and every bar, into the closing table
+    while IFS= read -r line; do
+        IFS='|' read -r _ name ns ratio _ <<<"$line"
+        row "launch: $(trim "$name")" "$(trim "$ns") ns, $(trim "$ratio")x raw cuLaunchKernel"
+    done < <(grep -E '^\| [^|]+ \| [0-9]+ \| [0-9.]+ \|$' "$WORK/bench.txt")
+    while IFS= read -r line; do row "benchmark bar" "${line#bar: }"; done \
+        < <(grep -E '^bar:' "$WORK/bench.txt")
 else
     echo "no time left for the benchmark"
     failed+=("benchmark (no time)")
 fi
 
 step "done in $((SECONDS - start))s"
+printf '\n| check | result |\n|---|---|\n'
+for r in "${summary[@]}"; do printf '| %s | %s |\n' "${r%%|*}" "${r#*|}"; done
 if [ "${#failed[@]}" -gt 0 ]; then
     echo "FAILED: ${failed[*]}"
     exit 1

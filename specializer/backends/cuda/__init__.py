@@ -24,12 +24,19 @@ Design notes (the modules say more):
   ``extern "C"`` so the PTX ``.entry`` is that name (a C++ kernel is found under its
   mangled name). Device functions (callees) are prepended, dependencies first.
 - Compilation is cached per (method instance, config) with its world range by the
-  core; the config is (architecture, NVRTC options). ``code_ptx(f, tt, arch="sm_90")``
-  needs no GPU. Loading is per context (``link``), and ``cufunction`` caches the
-  result per (kernel type, argument types, context, compiler kwargs) and world.
+  core; the config is (architecture, NVRTC options). The kernels of one source share
+  one NVRTC program and one module per context; ``KernelSource(..., name=, headers=)``
+  gives the program's name and in-memory headers; every cache of built code is keyed by
+  the contents of the user headers the source includes (:mod:`specializer.includes`).
+  ``code_ptx(f, tt, arch="sm_90")`` needs no GPU. Loading is per context (``link``),
+  and ``cufunction`` caches the result per (kernel type, argument types, context,
+  compiler kwargs) and world.
 - A :class:`Context` object is the key: destroying and creating a context is a new
   key, so its lookups miss. Each thread has a current context (``with ctx:``; the
   primary context of device 0 by default), read with one thread-local load.
+- Foreign device arrays (``__cuda_array_interface__``, DLPack, cuda.core's views and
+  buffers) take the front entry's fast path by their class once the slow path has typed
+  one (see :mod:`._array`).
 - Launch: the core's launch path (:mod:`specializer.launching`), generated per signature
   from ``templates/cuda_entry.py.j2``, stores each argument into a parameter buffer laid
   out once for that signature and passes ``cuLaunchKernel`` its address. Threads: each

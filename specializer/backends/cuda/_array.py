@@ -1,9 +1,18 @@
 """Device arrays: the ``Array[T]`` argument types and the back-end's own small array type.
 
-A kernel takes any object with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba)
-and :class:`CuArray`, the few lines of device memory this back-end needs so its
-demo and tests need no other GPU library. Both are passed as a device pointer and
-dispatch as ``Array[dtype]``.
+A kernel takes any object with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba,
+versions 2 and 3), a DLPack array on a CUDA device (``__dlpack__``, read through
+cuda.core's ``StridedMemoryView`` when cuda.core is installed), cuda.core's ``Buffer``
+(its bytes, ``Array[np.uint8]``) and ``StridedMemoryView``, and :class:`CuArray`, the
+few lines of device memory this back-end needs so its demo and tests need no other GPU
+library. All are passed as a device pointer and dispatch as ``Array[dtype]``.
+
+**Foreign arrays on the fast path.** A launch's front entry holds a ``CuArray`` by its
+class (one class per element type). Another library's array class says nothing of the
+dtype, so once the slow path has typed a value of that class, the class gets a *reader*
+in :data:`FOREIGN`: ``reader(value, typestr)`` is the value's device pointer when it is
+C-contiguous, unmasked and of element type ``typestr`` (the fast path's checks), else
+None, and the value takes the slow path, which checks everything and says what is wrong.
 """
 
 from __future__ import annotations
@@ -77,8 +86,65 @@ def cuarray_class(dtype: Any) -> type[CuArray]:
 
 
 def device_pointer(obj: Any) -> int:
-    """The device address of an object with ``__cuda_array_interface__``."""
-    return obj.__cuda_array_interface__["data"][0]
+    """The device address of a foreign device array (typed by the slow path, so its class
+    has a reader) or of any object with ``__cuda_array_interface__``."""
+    reader = None if obj.__class__ in CAI_CLASSES else FOREIGN.get(obj.__class__)
+    if reader is not None:
+        ptr = reader(obj, None)
+        if ptr is not None:
+            return ptr
+    return int(obj.__cuda_array_interface__["data"][0])
+
+
+# -- foreign arrays: a reader per class (see the module's docstring) ------------------------------
+
+
+def _view_pointer(v: Any, typestr: str | None) -> int | None:
+    """A cuda.core StridedMemoryView (strides None: C-contiguous)."""
+    if typestr is None:
+        return int(v.ptr)
+    if v.strides is None and v.is_device_accessible and v.dtype.str == typestr:
+        return int(v.ptr)
+    return None
+
+
+def _buffer_pointer(b: Any, typestr: str | None) -> int | None:
+    """A cuda.core Buffer: its bytes."""
+    if typestr is None or (typestr == "|u1" and b.is_device_accessible):
+        return int(b.handle)
+    return None
+
+
+def _dlpack_pointer(a: Any, typestr: str | None) -> int | None:
+    return _view_pointer(strided_view(a), typestr)
+
+
+#: the reader of each foreign array class the slow path has typed a value of, but those
+#: with __cuda_array_interface__: they are in CAI_CLASSES, read by the guard itself
+FOREIGN: dict[type, Any] = {}
+#: the classes with __cuda_array_interface__ the slow path has typed a value of
+CAI_CLASSES: set[type] = set()
+
+#: DLPack's device types of CUDA memory a kernel can read: kDLCUDA, kDLCUDAHost, kDLCUDAManaged
+DLPACK_CUDA = (2, 3, 13)
+
+
+def strided_view(a: Any) -> Any:
+    """cuda.core's ``StridedMemoryView`` of a DLPack array (needs cuda.core)."""
+    try:
+        from cuda.core.utils import StridedMemoryView
+    except ImportError:
+        raise TypeError(
+            f"a {type(a).__module__}.{type(a).__qualname__} is a DLPack array without "
+            "__cuda_array_interface__: reading it needs cuda.core (pip install cuda-core)"
+        ) from None
+    return StridedMemoryView(a, stream_ptr=-1)  # -1: the consumer does not synchronize
+
+
+def is_cuda_core(value: Any, name: str) -> bool:
+    """Whether ``value`` is cuda.core's class ``name`` (without importing cuda.core)."""
+    cls = value.__class__
+    return cls.__name__ == name and cls.__module__.startswith("cuda.core")
 
 
 def _free(ptr: int, ctx: Context) -> None:

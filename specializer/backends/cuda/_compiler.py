@@ -33,7 +33,14 @@ found is an error naming the directory that is missing and how to get it.
 **On disk.** NVRTC's output is kept across processes by :mod:`._diskcache`
 (``SPECIALIZER_CACHE_DIR``; off with an empty value or ``0``), keyed by the full source,
 the name expressions, the options, the architecture, NVRTC's version and the headers
-found. :func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process.
+found, and the contents of every user file the source includes (:mod:`specializer.includes`:
+``-I`` directories made absolute, the program name's directory, in-memory headers).
+:func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process.
+
+**One program per source.** The kernels whose methods return one source (with one program
+name, in-memory headers, options and architecture) share one NVRTC program: the first
+compiles it with the name expressions of every kernel found in it (:func:`kernel_names`),
+the others reuse it (in this process, and from the disk cache in the next).
 
 **Errors.** Every NVRTC failure is a :class:`~specializer.CompileError` naming the kernel,
 its entry, the architecture, the options and NVRTC's log, with a hint where the log
@@ -56,13 +63,16 @@ import importlib
 import os
 import re
 import threading
-from collections.abc import Hashable
+import weakref
+from collections import OrderedDict
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ... import includes
 from ...compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from . import _diskcache
 from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
@@ -95,36 +105,72 @@ _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)\Z")
 
 
 class KernelSource(str):
-    """A kernel method's source that names the entry to compile: ``KernelSource(source,
-    entry="reduce2<float>")``. ``entry`` is an NVRTC name expression: a function template's
-    instance (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several
-    kernels in the source. A plain ``str`` source is the same as ``entry=`` the method's
-    name."""
+    """A kernel method's source with how to compile it: ``KernelSource(source,
+    entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text})``.
 
-    __slots__ = ("entry",)
-    entry: str
+    ``entry`` is an NVRTC name expression: a function template's instance
+    (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several kernels in
+    the source; ``None`` (and a plain ``str`` source) is the method's name. ``name`` is the
+    program's name NVRTC is given (its directory is where quoted includes are looked for
+    first, as for a file of that path); ``headers`` are in-memory headers, each found by
+    its include name (``#include "common.h"``). Both are part of every cache key, the
+    headers by their contents."""
 
-    def __new__(cls, source: str, entry: str) -> KernelSource:
+    __slots__ = ("entry", "headers", "name")
+    entry: str | None
+    name: str | None
+    headers: tuple[tuple[str, str], ...]
+
+    def __new__(
+        cls,
+        source: str,
+        entry: str | None = None,
+        *,
+        name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> KernelSource:
         if not isinstance(source, str):
             raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
-        if not isinstance(entry, str) or not entry.strip() or any(c in entry for c in "\0\n;{}"):
+        if entry is not None and (
+            not isinstance(entry, str) or not entry.strip() or any(c in entry for c in "\0\n;{}")
+        ):
             raise ValueError(
                 f"entry= is the name expression of one __global__ function, such as "
                 f"'reduce2<float>' or 'my_kernel', got {entry!r}"
             )
+        if name is not None and (not isinstance(name, str) or not name.strip() or "\0" in name):
+            raise ValueError(f"name= is the program's file name, such as 'kernel.cu', got {name!r}")
+        if headers is None:
+            items: tuple[tuple[str, str], ...] = ()
+        elif isinstance(headers, Mapping) and all(
+            isinstance(k, str) and k and "\0" not in k and isinstance(v, str)
+            for k, v in headers.items()
+        ):
+            items = tuple(sorted(headers.items()))
+        else:
+            raise TypeError(
+                f"headers= maps include names to header texts, such as "
+                f"{{'common.h': '#define N 256'}}, got {headers!r}"
+            )
         self = super().__new__(cls, source)
-        self.entry = entry.strip()
+        self.entry = entry.strip() if entry is not None else None
+        self.name = name
+        self.headers = items
         return self
 
     def __repr__(self) -> str:
-        return f"KernelSource({str.__repr__(self)}, entry={self.entry!r})"
+        extra = "" if self.name is None else f", name={self.name!r}"
+        if self.headers:
+            extra += f", headers={dict(self.headers)!r}"
+        return f"KernelSource({str.__repr__(self)}, entry={self.entry!r}{extra})"
 
 
 @dataclass(frozen=True)
 class CUDAArtifact:
     """What NVRTC made of a job: the PTX, the cubin (for an ``sm_XX`` target), the entry's
     lowered name, the architecture, NVRTC's log, the device source it came from, the name
-    expression of the entry and the options NVRTC was given (architecture first)."""
+    expression of the entry, the options NVRTC was given (architecture first), and the key
+    of the NVRTC program it came from (``program``: the kernels of one source share it)."""
 
     source: str
     ptx: str
@@ -134,6 +180,7 @@ class CUDAArtifact:
     log: str
     expression: str = ""
     options: tuple[str, ...] = ()
+    program: str = ""
 
 
 @dataclass(frozen=True)
@@ -433,16 +480,53 @@ def _compile_options(arch: str, options: tuple[str, ...]) -> tuple[str, ...]:
     )
 
 
-def _disk_key(source: str, expressions: tuple[str, ...], opts: tuple[str, ...]) -> str:
-    return _diskcache.key_of(
-        {
-            "format": 1,
-            "source": source,
-            "name_expressions": list(expressions),
-            "options": list(opts),
-            "nvrtc": list(nvrtc_version()),
-            "headers": [list(h) for h in _headers_fingerprint()],
+def _disk_key(
+    source: str,
+    expressions: tuple[str, ...],
+    opts: tuple[str, ...],
+    name: str = "",
+    headers: tuple[tuple[str, str], ...] = (),
+    included: str = "",
+) -> str:
+    parts: dict[str, Any] = {
+        "format": 1,
+        "source": source,
+        "name_expressions": sorted(expressions),  # in any order: one program
+        "options": list(opts),
+        "nvrtc": list(nvrtc_version()),
+        "headers": [list(h) for h in _headers_fingerprint()],
+    }
+    if name or headers or included:  # (without them, the keys of before)
+        parts["program"] = {
+            "name": name,
+            "headers": [list(h) for h in headers],
+            "included": included,
         }
+    return _diskcache.key_of(parts)
+
+
+def _program_name(name: str | None, kernel: str) -> str:
+    return name or f"{kernel or 'program'}.cu"
+
+
+def included_digest(
+    source: str,
+    options: tuple[str, ...],
+    name: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
+    kernel: str = "",
+) -> str:
+    """The digest of the user files ``source`` includes (:mod:`specializer.includes`): from
+    the ``-I`` directories of ``options`` made absolute, the program name's directory
+    (NVRTC looks there for quoted includes; a relative name is in the current directory)
+    and the in-memory ``headers``. Toolkit headers are not scanned: they count by NVRTC's
+    version and the headers' fingerprint."""
+    program = _program_name(name, kernel)
+    return includes.digest(
+        source,
+        includes.include_dirs(options),
+        dict(headers),
+        os.path.dirname(os.path.abspath(program)),
     )
 
 
@@ -453,25 +537,44 @@ def nvrtc_compile(
     options: tuple[str, ...] = (),
     *,
     kernel: str = "",
+    name: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
 ) -> NVRTCResult:
     """Compile ``source`` with NVRTC for ``arch`` (``sm_XX``: PTX and a cubin; ``compute_XX``:
     PTX), with the toolkit's header directories after ``options``, and find the lowered name
-    of each name expression in ``expressions`` (``"fill"``, ``"reduce2<float>"``). The disk
-    cache is asked first and filled after. ``kernel`` names the kernel in messages. Raises
-    :class:`~specializer.CompileError` naming the kernel, the options and NVRTC's log."""
+    of each name expression in ``expressions`` (``"fill"``, ``"reduce2<float>"``). ``name``
+    is the program's name (default ``<kernel>.cu``), ``headers`` its in-memory headers as
+    ``(include name, text)`` pairs. The disk cache is asked first and filled after; its key
+    holds the contents of every user file the source includes (:func:`included_digest`).
+    ``kernel`` names the kernel in messages. Raises :class:`~specializer.CompileError`
+    naming the kernel, the options and NVRTC's log."""
     global _compiles
+    label = f"kernel {kernel}" if kernel else "a CUDA program"
+    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
+        if "\0" in text:
+            raise CompileError(
+                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
+                f"NVRTC would compile it cut short there; remove it"
+            )
     opts = _compile_options(arch, tuple(options))
-    key = _disk_key(source, expressions, opts)
+    program = _program_name(name, kernel)
+    included = included_digest(source, tuple(options), name, headers, kernel)
+    key = _disk_key(source, expressions, opts, name or "", headers, included)
     hit = _diskcache.load(key)
     if hit is not None and all(e in hit["lowered"] for e in expressions):
         return NVRTCResult(hit["ptx"], hit["cubin"], hit["lowered"], hit["log"], opts, True)
-    label = f"kernel {kernel}" if kernel else "a CUDA program"
     entries = ", ".join(expressions)
     if kernel and entries != kernel:
         label += f" (entry {entries})"
     detail = f"compiling {label} for {arch}, options {list(options)}"
     prog = _nvrtc_check(
-        nvrtc.nvrtcCreateProgram(source.encode(), f"{kernel or 'program'}.cu".encode(), 0, [], []),
+        nvrtc.nvrtcCreateProgram(
+            source.encode(),
+            program.encode(),
+            len(headers),
+            [t.encode() for _, t in headers],
+            [h.encode() for h, _ in headers],
+        ),
         "nvrtcCreateProgram",
         detail,
     )
@@ -558,15 +661,211 @@ def _callee_hints(log: str, job: CompilerJob) -> list[str]:
     return hints
 
 
-def _kernel_source(job: CompilerJob) -> tuple[str, str]:
-    """(the joined device source, the kernel's name expression)."""
+@dataclass(frozen=True)
+class _Program:
+    """What one NVRTC program is built from: the joined device source, the program's name,
+    its in-memory headers (merged from every part of the source) and the architecture and
+    options."""
+
+    source: str
+    name: str | None
+    headers: tuple[tuple[str, str], ...]
+    arch: str
+    options: tuple[str, ...]
+
+
+def _kernel_source(job: CompilerJob) -> tuple[_Program, str]:
+    """(the program of the job, the kernel's name expression)."""
+    arch, options = job.config.options
     sources = job.device_sources()
-    entry = getattr(sources[-1], "entry", None) if sources else None
+    last = sources[-1] if sources else None
+    entry = getattr(last, "entry", None)
     if entry is None:
         if not _C_IDENTIFIER.match(job.name):
             raise CompileError(f"kernel {job.name!r}: a CUDA kernel's name must be a C identifier")
         entry = job.name
-    return "\n".join(sources), entry
+    headers: dict[str, str] = {}
+    for part in sources:
+        for h, text in getattr(part, "headers", ()):
+            if headers.setdefault(h, text) != text:
+                raise CompileError(
+                    f"kernel {job.name}: two parts of its source (the kernel's and a callee's) "
+                    f"give different in-memory headers named {h!r}; give each its own name"
+                )
+    name = getattr(last, "name", None)
+    return _Program("\n".join(sources), name, tuple(sorted(headers.items())), arch, options), entry
+
+
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_ATTRIBUTES = re.compile(r"__(?:launch_bounds|cluster_dims|maxnreg)__\s*\([^)]*\)")
+_GLOBAL_DECL = re.compile(r"([^;{}]*?)\b__global__\b([^;{}(]*?)\b([A-Za-z_]\w*)\s*\(")
+
+
+def kernel_names(source: str) -> list[str]:
+    """The names of the ``__global__`` functions ``source`` defines at file scope that are
+    not templates, each declared under one name only: the name expressions that can be
+    compiled along with any other (a template needs its instance named; an overloaded or
+    namespaced one is left to its own entry)."""
+    text = _ATTRIBUTES.sub(" ", _COMMENTS.sub(" ", source))
+    text = re.sub(r"^[ \t]*#[^\n]*", " ", text, flags=re.M)  # preprocessor lines
+    # the start of each block that is not extern "C" { ... }: a kernel inside is not at file
+    # scope (a namespace's) or not a kernel definition at all
+    inner: list[tuple[int, int]] = []
+    stack: list[tuple[int, bool]] = []
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            head = text[: m.start()].rstrip()
+            stack.append((m.start(), head.endswith('extern "C"')))
+        elif stack:
+            start, extern = stack.pop()
+            if not extern:
+                inner.append((start, m.start()))
+    names: dict[str, int] = {}
+    for m in _GLOBAL_DECL.finditer(text):
+        name = m.group(3)
+        nested = any(a < m.start() < b for a, b in inner)
+        names[name] = 2 if nested or "template" in m.group(1) else names.get(name, 0) + 1
+    return [n for n, count in names.items() if count == 1]
+
+
+#: NVRTC programs built in this process, by what they are built from: the kernels of one
+#: source share one (and the artifact says which, ``program``). Bounded: the newest are kept.
+_programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
+_PROGRAMS_KEPT = 64
+_programs_lock = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_programs_lock._at_fork_reinit)
+
+
+def _program_key(p: _Program, included: str) -> str:
+    return _diskcache.key_of(
+        {
+            "source": p.source,
+            "name": p.name or "",
+            "headers": [list(h) for h in p.headers],
+            "arch": p.arch,
+            "options": list(p.options),
+            "included": included,
+            "nvrtc": list(nvrtc_version()),
+            "toolkit": [list(h) for h in _headers_fingerprint()],
+            "include_dirs": list(toolkit_include_dirs()),
+        }
+    )
+
+
+def compile_program(p: _Program, expression: str, kernel: str = "") -> tuple[str, NVRTCResult]:
+    """The NVRTC program of ``p`` with ``expression`` among its name expressions: ``(key,
+    result)``. A program is compiled with the name expressions of every kernel found in
+    the source (:func:`kernel_names`) and the one asked for, so the next kernels of the
+    source reuse it; another template instance is another program (of that instance and
+    the same kernels), so what a kernel's PTX holds never depends on what ran before."""
+    included = included_digest(p.source, p.options, p.name, p.headers, kernel)
+    key = _program_key(p, included)
+    with _programs_lock:
+        built = _programs.get(key, ())
+        for r in built:
+            if expression in r.lowered:
+                _programs.move_to_end(key)
+                return key, r
+        names = kernel_names(p.source)
+        extra = tuple(n for n in names if n != expression)
+        compile_ = functools.partial(
+            nvrtc_compile,
+            p.source,
+            arch=p.arch,
+            options=p.options,
+            kernel=kernel,
+            name=p.name,
+            headers=p.headers,
+        )
+        try:
+            r = compile_((expression, *extra))
+        except _NVRTCFailed as e:
+            # a name found in the text that is no kernel NVRTC can name (under an #if, a macro)
+            if not extra or "__nv_name_map" not in e.log:
+                raise
+            r = compile_((expression,))
+        _programs[key] = (*built, r)
+        _programs.move_to_end(key)
+        while len(_programs) > _PROGRAMS_KEPT:
+            _programs.popitem(last=False)
+        return key, r
+
+
+# -- the kernel's own parameters -------------------------------------------------------------
+
+_PTX_PARAM = re.compile(
+    r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z])(\d+)((?:\s+\.\w+)*)(?:\s+\.align\s+\d+)?"
+    r"\s+[\w$]+\s*(?:\[(\d+)\])?"
+)
+_KIND_NAMES = {"f": "floating-point", "i": "integer", "ptr": "pointer", "bytes": "bytes"}
+
+
+def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
+    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` named
+    ``lowered``: kind ``"f"`` (``.f32``), ``"i"`` (``.u32``, ``.s8``, ...), ``"ptr"`` (a
+    ``.u64 .ptr``) or ``"bytes"`` (``.b8 name[N]``, ``.b32``: a struct, a ``__half``); None
+    when the entry is not found."""
+    m = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\(([^)]*)\)", ptx)
+    if m is None:
+        return None
+    out = []
+    for p in _PTX_PARAM.finditer(m.group(1)):
+        letter, bits, quals, count = p.group(1), int(p.group(2)), p.group(3), p.group(4)
+        size = bits // 8 * (int(count) if count else 1)
+        if letter == "b":
+            kind = "bytes"
+        elif letter == "f":
+            kind = "f"
+        else:
+            kind = "ptr" if ".ptr" in quals else "i"
+        out.append((kind, size, f".{letter}{bits}" + (f"[{count}]" if count else "")))
+    return out
+
+
+def _argument_kind(t: type) -> tuple[str, int] | None:
+    from ...types import Struct
+    from ._array import Array
+
+    if isinstance(t, type) and issubclass(t, Array):
+        return "ptr", 8
+    if isinstance(t, type) and issubclass(t, Struct):
+        return "bytes", t.dtype.itemsize
+    if isinstance(t, type) and issubclass(t, np.generic):
+        dt = np.dtype(t)
+        return ("f" if dt.kind == "f" else "bytes" if dt.kind == "c" else "i"), dt.itemsize
+    return None
+
+
+def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
+    """A ``TypeError`` when an argument type cannot be what the kernel's parameter is, as
+    the PTX declares it (SPEC 8): another size, or a float for an integer (or the other
+    way). Runs where the kernel is compiled (no GPU needed), never on a launch."""
+    from ...types import type_name
+
+    params = ptx_parameters(ptx, lowered)
+    if params is None:
+        return
+    if len(params) != len(tt):
+        raise TypeError(
+            f"kernel {kernel} takes {len(params)} parameter(s) (its PTX .entry {lowered}), "
+            f"its method was looked up for {len(tt)} argument(s) "
+            f"({', '.join(type_name(t) for t in tt)}): launch it with one argument per "
+            f"parameter (captured values first)"
+        )
+    for i, ((kind, size, ptx_type), t) in enumerate(zip(params, tt)):
+        arg = _argument_kind(t)
+        if arg is None:
+            continue
+        akind, asize = arg
+        same_kind = kind == akind or "bytes" in (kind, akind) or {kind, akind} == {"i", "ptr"}
+        if size != asize or not same_kind:
+            raise TypeError(
+                f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
+                f"a {type_name(t)} ({asize}-byte {_KIND_NAMES[akind]}), but the kernel's "
+                f"parameter {i} is a {size}-byte {_KIND_NAMES[kind]} (PTX {ptx_type}): pass a "
+                f"value of the parameter's C type, or declare the method's parameter as it"
+            )
 
 
 # -- loaded modules ----------------------------------------------------------------------------
@@ -715,17 +1014,25 @@ class CUDABackend(Backend):
     name = "cuda"
 
     def compile(self, job: CompilerJob) -> CUDAArtifact:
-        arch, options = job.config.options
-        source, expression = _kernel_source(job)
+        program, expression = _kernel_source(job)
         try:
-            r = nvrtc_compile(source, (expression,), arch, options, kernel=job.name)
+            key, r = compile_program(program, expression, kernel=job.name)
         except _NVRTCFailed as e:
             hints = _callee_hints(e.log, job)
             if not hints:
                 raise
             raise _NVRTCFailed(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
+        check_parameters(job.name, r.ptx, r.lowered[expression], job.mi.tt)
         return CUDAArtifact(
-            source, r.ptx, r.cubin, r.lowered[expression], arch, r.log, expression, r.options
+            program.source,
+            r.ptx,
+            r.cubin,
+            r.lowered[expression],
+            program.arch,
+            r.log,
+            expression,
+            r.options,
+            key,
         )
 
     def link(self, job: CompilerJob, artifact: CUDAArtifact, context: Hashable) -> Any:
@@ -737,16 +1044,23 @@ class CUDABackend(Backend):
             raise RuntimeError(f"the context of this lookup is gone ({token!r})")
         image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
         detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"
+        # one module per program and context: the kernels of one source share it (and its
+        # __constant__ and __device__ variables), as they share the NVRTC program
+        loaded = _modules.setdefault(token, {})
         with pushed(context):
-            try:
-                module = check(driver.cuModuleLoadData(image), "cuModuleLoadData", detail)
-            except CUDAError as e:
-                if artifact.cubin is None:
-                    e.args = (
-                        f"{e.args[0]} (PTX from NVRTC {nvrtc_version()} may be newer than "
-                        "the driver; compile for the device's sm_XX instead)",
-                    )
-                raise
+            module = loaded.get(artifact.program) if artifact.program else None
+            if module is None:
+                try:
+                    module = check(driver.cuModuleLoadData(image), "cuModuleLoadData", detail)
+                except CUDAError as e:
+                    if artifact.cubin is None:
+                        e.args = (
+                            f"{e.args[0]} (PTX from NVRTC {nvrtc_version()} may be newer than "
+                            "the driver; compile for the device's sm_XX instead)",
+                        )
+                    raise
+                if artifact.program:
+                    loaded[artifact.program] = module
             function = check(
                 driver.cuModuleGetFunction(module, artifact.entry.encode()),
                 "cuModuleGetFunction",
@@ -756,6 +1070,9 @@ class CUDABackend(Backend):
             job.name, function, module, token, job.mi.tt, artifact.arch, artifact.ptx
         )
 
+
+#: the modules loaded into each context (held weakly by its key), by NVRTC program
+_modules: weakref.WeakKeyDictionary[ContextKey, dict[str, Any]] = weakref.WeakKeyDictionary()
 
 BACKEND = CUDABackend()
 

@@ -193,8 +193,10 @@ def _forget(token: ContextKey) -> None:
     """A context is gone (destroyed or collected): what was loaded for it and the lookup
     results keyed by it are dropped. Takes no lock (see launching.forget)."""
     from ... import launching
+    from . import _compiler
 
     launching.forget(token)
+    _compiler._modules.pop(token, None)  # the modules loaded into it
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:

@@ -21,7 +21,7 @@ from ...kernels import Definitions, code_of, uncached_lookup, unsupported_argume
 from ...types import WEAK, Struct, WeakScalar, resolve_weak
 from . import _params
 from . import _types as _types
-from ._array import Array, cuarray_class, device_pointer
+from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
 from ._compiler import COMPILER_KWARGS, LinkedKernel, compiler_config
 from ._driver import Context, current_context, current_key, launch_cooperative, local
 
@@ -48,11 +48,11 @@ def typeof(value: Any) -> type:
     if t is not None:
         return t
     if isinstance(value, np.void) or (
-        isinstance(value, np.ndarray) and value.ndim == 0 and value.dtype.names is not None
-    ):
+        isinstance(value, np.ndarray) and value.size == 1 and value.dtype.names is not None
+    ):  # a struct by value: np.void, or a 0-d or one-element array (``rhs.view(double3)``)
         if value.dtype.names is None:
             raise unsupported_argument(value, _types.ACCEPTED)
-        return Struct[value.dtype]
+        return _types.struct_type(value.dtype)
     if not isinstance(value, np.generic):
         for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
             if isinstance(value, py):
@@ -91,7 +91,10 @@ def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def _pointer(linked: LinkedKernel, i: int, a: Any) -> int:
-    """The device pointer of a device array that is not a CuArray of the parameter's type."""
+    """The device pointer of a device array that is not a CuArray of the parameter's type
+    (or the pointer a foreign array's guard read, when it is not a Python int)."""
+    if isinstance(a, (int, np.integer)):
+        return int(a)
     return device_pointer(a)
 
 
@@ -173,7 +176,9 @@ class _CUDALauncher(launching.Launcher):
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
-            return "cls", cuarray_class(t.dtype), None
+            # a CuArray by its class; a foreign array by its class (_CAI, _R) and then its
+            # element type (this typestr), contiguity and mask
+            return "array", cuarray_class(t.dtype), np.dtype(t.dtype).str
         if isinstance(t, type) and issubclass(t, Struct):
             return "cls_dtype_0d", np.void, t.dtype
         if isinstance(t, type) and issubclass(t, WeakScalar):
@@ -189,6 +194,8 @@ class _CUDALauncher(launching.Launcher):
             "_pointer": _pointer,
             "_cooperative": _cooperative,
             "_half": _types.half_bits,
+            "_R": FOREIGN,
+            "_CAI": CAI_CLASSES,
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):
@@ -196,8 +203,12 @@ class _CUDALauncher(launching.Launcher):
                 namespace[f"_own{i}"] = cuarray_class(r.dtype)
                 kinds.append("array")
             elif issubclass(t, Struct):
+                _types.struct_type(t.dtype)  # native byte order (a cufunction's tt)
                 namespace[f"_n{i}"] = t.dtype.itemsize
                 kinds.append("bytes")
+            elif r is np.float16 and issubclass(t, WeakScalar):
+                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _params.range_of(r)
+                kinds.append("ranged_half")  # a Python float: range-checked, then its bits
             elif r is np.float16:
                 kinds.append("half")
             elif issubclass(t, WeakScalar) and _params.range_of(resolve_weak(t, r)) is not None:

@@ -13,9 +13,31 @@ from typing import Any
 import numpy as np
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
-from ._array import ARGTYPES, Array, CuArray, array_type
+from ...types import Struct
+from ._array import (
+    ARGTYPES,
+    CAI_CLASSES,
+    DLPACK_CUDA,
+    FOREIGN,
+    Array,
+    CuArray,
+    _buffer_pointer,
+    _dlpack_pointer,
+    _view_pointer,
+    array_type,
+    is_cuda_core,
+    strided_view,
+)
 
-__all__ = ["ACCEPTED", "ctype", "half_bits", "numpy_base", "param_ctype", "typeof"]
+__all__ = [
+    "ACCEPTED",
+    "ctype",
+    "half_bits",
+    "numpy_base",
+    "param_ctype",
+    "struct_type",
+    "typeof",
+]
 
 # (numpy kind, item size) -> (CUDA C spelling, ctypes type of the kernel parameter)
 _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
@@ -94,10 +116,25 @@ def half_bits(value: Any) -> int:
 #: what a launch accepts, for error messages
 ACCEPTED = (
     "Python bool, int and float; numpy bool_, int8 to int64, uint8 to uint64, float16, "
-    "float32 and float64 scalars (and their subclasses); a CuArray or any object with "
-    "__cuda_array_interface__ (CuPy, PyTorch, Numba) holding a C- or F-contiguous numeric "
-    "array in native byte order"
+    "float32 and float64 scalars (and their subclasses); a struct by value: a numpy "
+    "structured scalar (np.void) or a 0-d or one-element array of a structured dtype, in "
+    "native byte order; a CuArray, any object with __cuda_array_interface__ (CuPy, "
+    "PyTorch, Numba) or a DLPack array on a CUDA device (__dlpack__, through cuda.core), "
+    "holding a C- or F-contiguous numeric array in native byte order; cuda.core's "
+    "StridedMemoryView, and its Buffer (as Array[np.uint8])"
 )
+
+
+def struct_type(dtype: np.dtype) -> type:
+    """``Struct[dtype]`` for a struct passed by value; a field in another byte order than
+    the device's is a ``ValueError``, as for an array of it."""
+    if not dtype.isnative:
+        raise ValueError(
+            f"cannot pass a struct of dtype {dtype} by value: a field is not in native byte "
+            f"order, and a kernel reads the device's; convert it with "
+            f"value.astype(value.dtype.newbyteorder('='))"
+        )
+    return Struct[dtype]
 
 
 def typeof(value: Any) -> type:
@@ -126,9 +163,64 @@ def _typeof_other(value: Any) -> type:
         raise TypeError(
             f"reading __cuda_array_interface__ of a {type(value).__qualname__} failed: {e}"
         ) from e
-    if cai is None:
-        raise unsupported_argument(value, ACCEPTED)
-    return _cai_type(value, cai)
+    if cai is not None:
+        t = _cai_type(value, cai)
+        CAI_CLASSES.add(value.__class__)  # the fast path knows it now
+        return t
+    if is_cuda_core(value, "Buffer"):
+        if not value.is_device_accessible:
+            raise ValueError("cannot pass a cuda.core Buffer in host memory to a kernel")
+        _check_device(value, value.device_id)
+        FOREIGN.setdefault(value.__class__, _buffer_pointer)
+        return array_type(np.uint8)
+    if is_cuda_core(value, "StridedMemoryView"):
+        t = _view_type(value)
+        FOREIGN.setdefault(value.__class__, _view_pointer)
+        return t
+    if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
+        device = value.__dlpack_device__()
+        if int(device[0]) not in DLPACK_CUDA:
+            raise unsupported_argument(
+                value, ACCEPTED + f" (this one is on DLPack device {device})"
+            )
+        if int(device[0]) == 2:  # kDLCUDA: one device's memory
+            _check_device(value, int(device[1]))
+        t = _view_type(strided_view(value))
+        FOREIGN.setdefault(value.__class__, _dlpack_pointer)
+        return t
+    raise unsupported_argument(value, ACCEPTED)
+
+
+def _check_device(value: Any, device_id: int) -> None:
+    """A ``ValueError`` when ``value``'s memory is on another device than the current
+    context's (what its launch runs on); nothing to compare with where no GPU is."""
+    from ._driver import available, current_context
+
+    if not available():
+        return
+    ordinal = current_context().ordinal
+    if device_id != ordinal:
+        raise ValueError(
+            f"cannot pass a {type(value).__module__}.{type(value).__qualname__} in the memory of "
+            f"device {device_id} to a kernel launched on device {ordinal} (the current "
+            f"context's): copy it, or launch in a context of device {device_id}"
+        )
+
+
+def _view_type(v: Any) -> type:
+    """The argument type of a cuda.core StridedMemoryView, with the checks of an array."""
+    if not v.is_device_accessible:
+        raise ValueError(
+            "cannot pass an array in host memory to a kernel (a StridedMemoryView that is not "
+            "device accessible): copy it to the device first"
+        )
+    if getattr(v, "device_id", None) is not None and v.device_id >= 0:
+        _check_device(v, v.device_id)
+    dtype = np.dtype(v.dtype)
+    shape = tuple(v.shape)
+    strides = None if v.strides is None else tuple(s * dtype.itemsize for s in v.strides)
+    cai = {"typestr": dtype.str, "shape": shape, "strides": strides}
+    return _cai_type(v, cai)
 
 
 def _cai_type(value: Any, cai: Any) -> type:
