@@ -47,10 +47,10 @@ class precompile_output(_world.Block):
         if not isinstance(on, (bool, int)):
             raise TypeError(f"precompile_output(on): on is a bool, got {on!r}")
         super().__init__(bool(on))
-        self._switch = _world.switch_precompile(bool(on))  # takes effect now
+        _world.switch_precompile(self, bool(on))  # takes effect now
 
     def __enter__(self) -> precompile_output:
-        self._begin(undo=self._switch)
+        self._begin()
         return self
 
 
@@ -68,7 +68,7 @@ def refuse_write(path: str | os.PathLike[str]) -> None:
 def _from_environment() -> None:
     value = os.environ.get(ENV_VAR, "").strip().lower()
     if value not in ("", "0", "false", "no", "off"):
-        _world.switch_precompile(True)
+        _world.set_environment_precompile(True)
 
 
 _from_environment()

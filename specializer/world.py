@@ -43,15 +43,15 @@ interrupt nor a traceback can keep it alive. A live pin keeps the hot path off; 
 dies is dropped by its weak reference's callback (``dict.pop``) and the next slow path lets
 the hot path back in.
 
-With-blocks (a compile hook, a precompile switch: :class:`Block`) are ordinary context
-managers whose ``__exit__`` receives the exception. A compile hook is held by the snapshot
-weakly, so a block that no with statement holds any more stops counting even if its
-``__exit__`` never ran: CPython 3.13 can unwind a frame past a with statement without calling
-its exit when an interrupt lands at a loop's backward jump (CPython gh-130279). A precompile
-switch is held until it ends (a switch made by a plain call never ends: it is the switch for
-good), so such an interrupt inside ``with precompile_output():`` on 3.13 leaves the mode on:
-slower (lookups store nothing), never wrong. The library's own critical sections contain no
-loop, so none of its locks can be left held that way.
+With-blocks (a compile hook, a precompile block: :class:`Block`) are ordinary context managers
+whose ``__exit__`` receives the exception. The snapshot holds each block weakly, so a block
+that no with statement holds any more has ended even if its ``__exit__`` never ran: CPython 3.13
+can unwind a frame past a with statement without calling its exit when an interrupt lands at a
+loop's backward jump (CPython gh-130279). ``precompile_output(on)`` switches the mode as it is
+called (an outright switch, kept in the snapshot by the object it returns); entering that
+object's block withdraws the switch and the block rules. A switch whose object is gone was never
+withdrawn: it is for good. The library's own critical sections contain no loop, so none of its
+locks can be left held that way.
 
 Fork. ``os.register_at_fork`` gives the child fresh locks, finishes a plan that a thread of
 the parent was applying, and raises the counter in the child, so that nothing cached in the
@@ -96,15 +96,18 @@ class _State(NamedTuple):
     #: the with-blocks that have begun and not ended, in order of entry, each by a weak
     #: reference (None once no with statement holds it: see the module docstring)
     blocks: tuple[weakref.ref[Block], ...]
-    #: precompile-output mode where no precompile block is active (the environment variable,
-    #: ``precompile_output(flag)``), and how many times it was switched
+    #: precompile-output mode as the environment variable sets it
     precompile: bool
-    switches: int
+    #: the outright switches of the mode (``precompile_output(flag)``) still in effect, oldest
+    #: first: (a weak reference to the object the call returned, its mode). Entering that
+    #: object's with-block withdraws its switch; a switch whose object is gone was never
+    #: withdrawn, so it is for good, and supersedes the older such ones (which are dropped)
+    switches: tuple[tuple[weakref.ref[Block], bool], ...]
     #: this process is a fork of one that had imported specializer
     forked: bool
 
 
-STATE = _State(latest=1, blocks=(), precompile=False, switches=0, forked=False)
+STATE = _State(latest=1, blocks=(), precompile=False, switches=(), forked=False)
 #: The hot world: ``[latest]``, or ``[None]`` while the slow path is needed.
 WORLD: list[int | None] = [STATE.latest]
 _lock = threading.RLock()
@@ -307,16 +310,16 @@ class Block:
         """Whether the block has begun and not ended."""
         return any(b is self for b in _active(STATE))
 
-    def _begin(self, undo: tuple[bool, int] | None = None) -> None:
-        """Make the block active; ``undo``: an outright precompile switch (from
-        :func:`switch_precompile`) to undo with it, unless another switch came since."""
+    def _begin(self) -> None:
+        """Make the block active (and withdraw the outright switch this object made, if any:
+        see :func:`switch_precompile`)."""
         ref = weakref.ref(self)
         with _lock:
             settle()
             if self._begun:
                 raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
             self._begun = True
-            _publish(_with_block(STATE, ref, undo))  # one store: the block and the undo
+            _publish(_with_block(STATE, ref))  # one store: the block, its switch withdrawn
 
     def _end(self) -> None:
         """End the block (nothing if it is not active)."""
@@ -332,12 +335,10 @@ class Block:
         return f"<{type(self).__name__} {self.kind} {state}>"
 
 
-def _with_block(state: _State, ref: weakref.ref[Block], undo: tuple[bool, int] | None) -> _State:
+def _with_block(state: _State, ref: weakref.ref[Block]) -> _State:
     live = tuple(r for r in state.blocks if r() is not None)  # the dead ones pruned
-    state = state._replace(blocks=(*live, ref))
-    if undo is not None and undo[1] == state.switches:
-        state = state._replace(precompile=undo[0])
-    return state
+    switches = tuple(s for s in state.switches if s[0]() is not ref())
+    return state._replace(blocks=(*live, ref), switches=switches)
 
 
 def _without_block(state: _State, block: Block) -> _State:
@@ -350,8 +351,10 @@ def hooks() -> list[Any]:
 
 
 def _precompiling(state: _State) -> bool:
-    switches = [b for b in _active(state) if b.kind == "precompile"]
-    return bool(switches[-1].value) if switches else state.precompile
+    blocks = [b for b in _active(state) if b.kind == "precompile"]
+    if blocks:
+        return bool(blocks[-1].value)
+    return state.switches[-1][1] if state.switches else state.precompile
 
 
 def precompiling() -> bool:
@@ -369,14 +372,31 @@ def bypassing() -> bool:
     return _precompiling(state) or any(b.kind == "hook" for b in _active(state))
 
 
-def switch_precompile(on: bool) -> tuple[bool, int]:
-    """Switch precompile-output mode outright (where no precompile block is active); returns
-    what undoes it (for :meth:`Block._begin`): the mode before it, and its number."""
+def switch_precompile(block: Block, on: bool) -> None:
+    """Switch precompile-output mode outright (where no precompile block is active), as
+    ``block`` is made; entering ``block`` withdraws the switch (:meth:`Block._begin`)."""
     with _lock:
         settle()
-        before = STATE
-        _publish(before._replace(precompile=bool(on), switches=before.switches + 1))
-    return before.precompile, before.switches + 1
+        _publish(STATE._replace(switches=_with_switch(STATE.switches, block, bool(on))))
+
+
+def _with_switch(
+    switches: tuple[tuple[weakref.ref[Block], bool], ...], block: Block, on: bool
+) -> tuple[tuple[weakref.ref[Block], bool], ...]:
+    # Of the switches whose object is gone (never withdrawn: for good), only the newest
+    # counts; the older ones are dropped, so plain calls do not pile up.
+    kept = list(switches)
+    gone = [i for i, (ref, _) in enumerate(kept) if ref() is None]
+    for i in reversed(gone[:-1]):
+        del kept[i]
+    return (*kept, (weakref.ref(block), on))
+
+
+def set_environment_precompile(on: bool) -> None:
+    """The mode the environment variable sets (where no switch or block is in effect)."""
+    with _lock:
+        settle()
+        _publish(STATE._replace(precompile=bool(on)))
 
 
 # -- fork -------------------------------------------------------------------------------

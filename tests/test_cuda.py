@@ -1777,6 +1777,8 @@ def test_device_functions_of_one_name_from_two_libraries_compile_together_or_say
         "\nnote: device functions same_c of lib_one and same_c of lib_two are compiled into "
         "kernel clashing together: if their sources define the same C name, rename one of them"
     )
+
+
 # -- one NVRTC program per source; in-memory headers; included headers in every key ------------
 
 TWO_KERNELS = """

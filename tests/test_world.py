@@ -290,3 +290,28 @@ def test_blocks_are_ordinary_context_managers():
         assert not hasattr(block, "readline") and not hasattr(block, "fileno")
         if isinstance(block, precompile_output):
             block.__exit__(None, None, None)
+
+
+def test_interleaved_precompile_switches_whose_blocks_begin_in_any_order_leave_the_mode_off():
+    """Two blocks made before either begins (as two threads may): each block withdraws its
+    own switch, whatever came between."""
+    from specializer import generating_output, precompile_output
+
+    a = precompile_output(True)
+    b = precompile_output(True)
+    with a:
+        assert generating_output()
+    assert generating_output()  # b's switch is still in effect
+    with b:
+        pass
+    assert not generating_output()
+
+
+def test_plain_precompile_switches_do_not_pile_up():
+    from specializer import generating_output, precompile_output, world
+
+    for i in range(1000):
+        precompile_output(i % 2 == 0)
+    assert not generating_output()  # the last one, for good
+    assert len(world.STATE.switches) <= 2  # the newest gone one, and the one made last
+    precompile_output(False)
