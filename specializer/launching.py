@@ -49,9 +49,7 @@ each argument, the cached lookup (``cached_lookup``, through
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterable
@@ -74,57 +72,18 @@ def signature(name: str, tt: Iterable[type]) -> str:
     return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
-_HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
-_WORD = ctypes.sizeof(ctypes.c_void_p)
-
-
-def _vectorcall(cls: type) -> bool:
-    """Give ``cls``, a subclass of ``functools.partial``, the vectorcall path that CPython 3.12
-    and later give it, on 3.10 and 3.11; True if it has it.
-
-    Before 3.12 a class statement does not inherit the flag ``Py_TPFLAGS_HAVE_VECTORCALL``
-    (3.12 made heap types inherit it when they do not override ``__call__``), although each
-    instance holds partial's vectorcall function at the offset the class inherits: calling
-    one falls back to ``tp_call``, which builds an argument tuple and a keyword dict and
-    unpacks them again (about 1,400 instructions, a seventh of a launch). This sets the flag,
-    as 3.12 would, once, when the class is made (before it has an instance), and only after
-    checking that the type object's layout is the one known (the flags word read where
-    ``tp_flags`` lies equals ``cls.__flags__``, and the vectorcall offset equals partial's);
-    a class that defines ``__call__`` itself keeps it. Anywhere else it does nothing.
-    """
-    if cls.__flags__ & _HAVE_VECTORCALL:
-        return True
-    if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
-        return False
-    if any("__call__" in vars(c) for c in cls.__mro__[: cls.__mro__.index(functools.partial)]):
-        return False
-    # PyTypeObject: PyVarObject (3 words), tp_name, tp_basicsize, tp_itemsize, tp_dealloc,
-    # tp_vectorcall_offset (word 7), 13 more slots, then tp_flags (word 21, an unsigned long).
-    flags = ctypes.c_ulong.from_address(id(cls) + 21 * _WORD)
-    offset = ctypes.c_ssize_t.from_address(id(cls) + 7 * _WORD).value
-    base = ctypes.c_ssize_t.from_address(id(functools.partial) + 7 * _WORD).value
-    if flags.value != cls.__flags__ or offset != base or offset <= 0:
-        return False  # not the layout this knows: leave it
-    if not functools.partial.__flags__ & _HAVE_VECTORCALL:
-        return False
-    flags.value |= _HAVE_VECTORCALL
-    return bool(cls.__flags__ & _HAVE_VECTORCALL)
-
-
 class HostKernel(functools.partial):
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
-    It is a ``functools.partial`` of its signature's generated call, so calling it costs one
-    Python call through the vectorcall path (on CPython 3.10 and 3.11 too, where a subclass
-    of partial would otherwise lose it: see ``_vectorcall``). ``f`` is the live kernel or
-    kernel instance (whose captured values come first on every call), ``linked`` the
-    lookup's result.
+    It is a ``functools.partial`` of its signature's generated call: CPython 3.12 and later
+    call a subclass of partial that does not define ``__call__`` through the vectorcall
+    protocol, one Python call. On 3.10 and 3.11 a class statement does not give a subclass
+    that path, and each call builds and unpacks an argument tuple and a keyword dict (about
+    1,400 instructions more); that is the price of not writing into the type object. ``f`` is
+    the live kernel or kernel instance (whose captured values come first on every call),
+    ``linked`` the lookup's result.
     """
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _vectorcall(cls)
 
     f: Any
     tt: tuple[type, ...]
@@ -150,8 +109,6 @@ class HostKernel(functools.partial):
             "look it up again in the other process"
         )
 
-
-_vectorcall(HostKernel)
 
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
