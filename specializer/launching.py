@@ -334,7 +334,9 @@ class Launcher:
         # not while a pin, a hook or precompile mode is on (w is None then, or WORLD[0] is by
         # now), nor when a definition raised the world during the lookup.
         if w is not None and _world.WORLD[0] is w:
-            kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
+            kw = _frozen(kw)
+            if kw is NOTHING:  # a value of a type that may change in place: no entry
+                return
             lifted = [kw.pop(k, NOTHING) for k in self.lifted]
             entry = front(w, where, kw, F, self.other, *lifted)
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
@@ -505,6 +507,31 @@ def forget(part: Any) -> list[Any]:
     for linked in dropped:
         linked.bound.clear()
     return dropped
+
+
+#: values that cannot change: a front entry compares one by identity, then by value
+_ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None), frozenset})
+
+
+def _frozen(v: Any) -> Any:
+    """A compiler kwarg's value as a front entry keeps it: the value itself when it cannot
+    change, a private copy of a list, tuple or dict (compared by value with what a later
+    launch gives, so a list edited in place does not hit), or ``NOTHING`` for any other type
+    (a ``UserList``, a ``deque``: a launch given one looks up by the value it has then)."""
+    cls = v.__class__
+    if cls in _ATOMS:
+        return v
+    if cls is dict:
+        out = {k: _frozen(x) for k, x in v.items()}
+        return NOTHING if any(x is NOTHING for x in out.values()) else out
+    if cls is list or cls is tuple:
+        items = [_frozen(x) for x in v]
+        if any(x is NOTHING for x in items):
+            return NOTHING
+        if cls is tuple and all(x is y for x, y in zip(items, v)):
+            return v  # immutable all through: kept as given, so a constant hits by identity
+        return cls(items)
+    return NOTHING
 
 
 def _name(F: Any) -> str:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import collections
 import functools
+import gc
+import random
+import signal
 import sys
+import weakref
 
+import numpy as np
+import pyopencl
+import pyopencl.array as cla
 import pytest
 
-from specializer import launching
+from specializer import compile_count, launching
 from specializer.backends import opencl as cl
 
 HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL, as type.__flags__ shows it
@@ -58,3 +66,136 @@ def test_a_subclass_that_defines_call_keeps_its_own():
     for cls in (Own, Below):
         hk = functools.partial.__new__(cls, _record, "f")
         assert hk(1, x=2) == ("own", (1,), {"x": 2})
+
+
+# -- the OpenCL launch path: what a launch keeps, and interrupted launches -------------------
+
+F32 = cl.Array[np.float32]
+
+
+@pytest.fixture
+def queue():
+    return cl.default_queue()
+
+
+@cl.kernel
+def put_value(x: F32, v: np.int32) -> str:
+    return "__kernel void put_value(__global float *x, int v) { x[get_global_id(0)] = v; }"
+
+
+def _check_put(queue, a, b, first):
+    """Launch put_value on ``first`` then on the other array, each time checking both."""
+    values = {id(a): 1, id(b): 2}
+    second = b if first is a else a
+    a.fill(0)
+    b.fill(0)
+    queue.finish()
+    done = {id(a): 0, id(b): 0}
+    for x in (first, second):
+        cl.launch(put_value, x, np.int32(values[id(x)]), global_size=1)
+        done[id(x)] = values[id(x)]
+        queue.finish()
+        assert (a.get()[0], b.get()[0]) == (done[id(a)], done[id(b)]), "the wrong array"
+
+
+def test_random_interrupts_between_launches_on_two_arrays_never_make_one_write_the_other(queue):
+    # 2,000 real timer signals, each raising KeyboardInterrupt wherever the main thread is in
+    # a loop alternating launch(k, a, 1) and launch(k, b, 2). After each, the launch on the
+    # array not being launched then (the one a stale record would name) runs first.
+    a, b = cla.zeros(queue, 1, np.float32), cla.zeros(queue, 1, np.float32)
+    one, two = np.int32(1), np.int32(2)
+    _check_put(queue, a, b, a)
+    rng = random.Random(17)
+    armed = [False]
+
+    def on_alarm(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        for _ in range(2000):
+            current = a
+            try:
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-6, 6e-5))
+                while True:
+                    current = a
+                    cl.launch(put_value, a, one, global_size=1)
+                    current = b
+                    cl.launch(put_value, b, two, global_size=1)
+            except KeyboardInterrupt:
+                pass
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            queue.finish()
+            _check_put(queue, a, b, b if current is a else a)
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _references(probe):
+    return probe.get_info(pyopencl.mem_info.REFERENCE_COUNT)
+
+
+def test_a_dropped_kernel_instance_frees_its_captured_64_mib_array_after_it_ran(queue):
+    @cl.kernel
+    def add_captured(big: F32, out: F32) -> str:
+        return """__kernel void add_captured(__global float *big, __global float *out) {
+                      out[get_global_id(0)] += big[get_global_id(0)]; }"""
+
+    big = cla.zeros(queue, 16 * 2**20, np.float32).fill(3)  # 64 MiB
+    out = cla.zeros(queue, 4, np.float32)
+    instance = add_captured.capture(big)
+    cl.launch(instance, out, global_size=4)
+    cl.clfunction(instance, (F32,))(out, global_size=4)
+    queue.finish()
+    assert out.get().tolist() == [6, 6, 6, 6]
+    # A second handle of the buffer, which this test holds: once the array is gone it must be
+    # the buffer's only reference (a kept record, entry or HostKernel would hold another).
+    probe = pyopencl.MemoryObject.from_int_ptr(big.base_data.int_ptr, retain=True)
+    assert _references(probe) > 1
+    array_ref = weakref.ref(big)
+    del instance, big
+    gc.collect()
+    assert array_ref() is None
+    assert _references(probe) == 1
+
+
+@pytest.mark.parametrize("make", [collections.UserList, collections.deque])
+def test_build_options_in_a_sequence_edited_in_place_build_anew(queue, make):
+    @cl.kernel
+    def put_define(x: F32) -> str:
+        return "__kernel void put_define(__global float *x) { x[get_global_id(0)] = V; }"
+
+    x = cla.zeros(queue, 2, np.float32)
+    options = make(["-DV=1"])
+    cl.launch(put_define, x, global_size=2, options=options)
+    assert x.get().tolist() == [1, 1]
+    cl.launch(put_define, x, global_size=2, options=options)  # the same value: no build
+    before = compile_count()
+    options[0] = "-DV=2"
+    cl.launch(put_define, x, global_size=2, options=options)
+    assert x.get().tolist() == [2, 2]
+    assert compile_count() == before + 1
+    cl.launch(put_define, x.fill(0), global_size=2, options=options)
+    assert x.get().tolist() == [2, 2]
+    assert compile_count() == before + 1
+
+
+def test_build_options_in_a_list_edited_in_place_build_anew_and_hit_by_value(queue):
+    @cl.kernel
+    def put_define_list(x: F32) -> str:
+        return "__kernel void put_define_list(__global float *x) { x[get_global_id(0)] = V; }"
+
+    x = cla.zeros(queue, 2, np.float32)
+    options = ["-DV=1"]
+    cl.launch(put_define_list, x, global_size=2, options=options)
+    options[0] = "-DV=2"
+    cl.launch(put_define_list, x, global_size=2, options=options)
+    assert x.get().tolist() == [2, 2]
+    cl.launch(put_define_list, x, global_size=2, options=["-DV=1"])
+    assert x.get().tolist() == [1, 1]

@@ -26,10 +26,11 @@ the arguments and enqueueing are two steps that another thread must not interlea
 launch takes a kernel object from its linked kernel's pool (``list.pop``, atomic under the GIL
 and per-object locks alike) and gives it back after the enqueue, so concurrent launches use
 different kernel objects, without a lock; a pool grows only to the number of launches ever in
-flight at once. Each kernel object remembers the value last set at each index, and an argument
-that is that very object (a buffer handle or an immutable scalar) is not set again. It keeps
-those values referenced until they are replaced, so a buffer stays allocated until the kernel
-object is launched with another one (or the kernel is released).
+flight at once. Each kernel object's record says what is set at each index without holding a
+user's buffer, array or image (a weak reference to the array, the immutable scalar; a raw
+buffer or an image is set on every launch), and is cleared before an argument is set and
+stored after, so an interrupted launch never leaves it naming a value that is not set
+(``templates/opencl_entry.py.j2`` has the details).
 """
 
 from __future__ import annotations
@@ -289,7 +290,12 @@ class OpenCLSource:
     source: str
 
 
-_UNSET = object()  # the last value set at an index of a fresh kernel object: nothing is
+_UNSET = object()  # no global_size is this object
+
+
+def _nothing() -> None:
+    """What a pool record holds at an index where nothing is known to be set: calling it, as
+    the check of an array's weak reference does, gives no array."""
 
 
 class LinkedKernel:
@@ -332,19 +338,19 @@ class LinkedKernel:
         self.source = source
         self.params = _param_names(source, name)
         self.bound: dict[tuple[type, ...], Any] = {}
-        self.pool: list[list[Any]] = [self._record(kernel)]
+        # Launches use kernel objects of their own: ``kernel`` is the user's to inspect.
+        self.pool: list[list[Any]] = [self.new_record()]
 
     @property
     def context(self) -> cl.Context | None:
         """The context it was built in (``None`` once the user dropped that context)."""
         return self.ck.context()
 
-    def _record(self, knl: Any) -> list[Any]:
-        return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_UNSET] * len(self.tt))]
-
     def new_record(self) -> list[Any]:
-        """A pool record with a new kernel object (for a launch while all are in use)."""
-        return self._record(_cl.Kernel(self.program, self.name))
+        """A pool record with a new kernel object: ``[set_arg, set_buf, kernel, <nothing set
+        at each index>]`` (see ``templates/opencl_entry.py.j2``)."""
+        knl = _cl.Kernel(self.program, self.name)
+        return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_nothing] * len(self.tt))]
 
     def __repr__(self) -> str:
         return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
@@ -806,8 +812,8 @@ class HostKernel(launching.HostKernel):
 
     @property
     def kernel(self) -> Any:
-        """The ``pyopencl.Kernel`` the first launch uses (each concurrent launch takes one of
-        its own from the linked kernel's pool)."""
+        """A ``pyopencl.Kernel`` of this kernel, to inspect (launches set the arguments of
+        kernel objects of their own, from the linked kernel's pool)."""
         return self.linked.kernel
 
     @property
@@ -876,6 +882,8 @@ class _OpenCLLauncher(launching.Launcher):
             "_failed": _failed,
             "_FAILURES": _FAILURES,
             "_LAST_SIZE": [(_UNSET,)],  # no global_size is that object
+            "_nothing": _nothing,
+            "_ref": weakref.ref,
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):
