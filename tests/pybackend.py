@@ -309,9 +309,6 @@ class PyLauncher(Launcher):
     def resolve_where(self, where_opt):
         return self._context(where_opt)
 
-    def current_where(self, where_opt):
-        return self.default[0] if where_opt is None else where_opt
-
     def key(self, where, kw):
         if not kw:
             return (where, ())

@@ -15,8 +15,9 @@ import pyopencl
 import pyopencl.array as cla
 import pytest
 
-from specializer import compile_count, launching
+from specializer import codegen, compile_count, launching
 from specializer.backends import opencl as cl
+from specializer.kernels import Definitions
 
 HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL, as type.__flags__ shows it
 
@@ -199,3 +200,44 @@ def test_build_options_in_a_list_edited_in_place_build_anew_and_hit_by_value(que
     assert x.get().tolist() == [2, 2]
     cl.launch(put_define_list, x, global_size=2, options=["-DV=1"])
     assert x.get().tolist() == [1, 1]
+
+
+# -- a back-end's mistakes are refused when its Launcher is made --------------------------------
+
+
+def _launcher_with(tmp_path, where_block: str, defaults=("required", "none")):
+    from pybackend import PyLauncher, py
+
+    (tmp_path / "bad_entry.py.j2").write_text(
+        '{% extends "python_entry.py.j2" %}\n{% block where %}\n' + where_block + "{% endblock %}\n"
+    )
+    codegen.add_template_dir(tmp_path)
+
+    class BadLauncher(PyLauncher):
+        name = "bad"
+        template = "bad_entry.py.j2"
+        front_attr = "_bad_front"
+
+    BadLauncher.defaults = defaults
+    return BadLauncher(Definitions(py.typeof, "bad"), py.backend)
+
+
+def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp_path):
+    # Such a back-end would run, but every launch would take the slow path.
+    with pytest.raises(TypeError) as e:
+        _launcher_with(tmp_path, "        if context is None:\n            context = _DEFAULT[0]\n")
+    assert str(e.value) == (
+        "back-end 'bad' (test_launching._launcher_with.<locals>.BadLauncher): the `where` block "
+        "of template 'bad_entry.py.j2' assigns nothing to 'where' (Launcher.where_name), which "
+        "a front entry compares with the where it was published for; without it every launch "
+        "would take the slow path. Set it in the block, e.g. `where = <the where option, or "
+        "its default when None>`"
+    )
+    # The same block assigning it makes a working back-end.
+    launcher = _launcher_with(tmp_path, "        where = context or _DEFAULT[0]\n")
+    assert launcher.where_name == "where"
+
+
+def test_a_default_outside_the_four_is_refused_naming_the_option(tmp_path):
+    with pytest.raises(TypeError, match=r"the default 'optional' of launch option 'context'"):
+        _launcher_with(tmp_path, "        where = context\n", defaults=("required", "optional"))

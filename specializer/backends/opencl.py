@@ -853,9 +853,6 @@ class _OpenCLLauncher(launching.Launcher):
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
 
-    def current_where(self, where_opt: Any) -> Any:
-        return _DEFAULT[0] if where_opt is None else where_opt
-
     def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
         key = _key(where)
         return (key[0], _build_options(kw)) if kw else key
@@ -915,8 +912,8 @@ def clfunction(
     The lookup (dispatch in the task's world, the compiled-code cache, the kernel for the
     context) runs through ``cached_lookup`` with key (context, build options); a hit takes no
     lock and hashes nothing. ``tt`` excludes a kernel instance's captured values; Python
-    ``int``/``float``/``bool`` in it stand for the weak types. Looking up a plain kernel again
-    returns the same HostKernel while the lookup's result is the same.
+    ``int``/``float``/``bool`` in it stand for the weak types. Each call returns a new
+    HostKernel of the cached result (nothing else is kept).
     """
     return _launcher.function(f, tt, queue, compiler_kwargs)
 

@@ -165,9 +165,6 @@ class _CUDALauncher(launching.Launcher):
     def resolve_where(self, where_opt: Any) -> Any:
         return local.key or current_key()
 
-    def current_where(self, where_opt: Any) -> Any:
-        return local.key
-
     def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
         return (where[0], _kwkey(kw)) if kw else where
 
