@@ -314,13 +314,13 @@ def test_launches_create_no_kernel_object_after_the_first(queue, monkeypatch):
         return "__kernel void count_kernels(__global float *x) { x[get_global_id(0)] += 1.0f; }"
 
     created = []
-    real = pyopencl._cl.Kernel
+    real = pyopencl.Kernel
 
     def counting(*args):
         created.append(args)
         return real(*args)
 
-    monkeypatch.setattr(pyopencl._cl, "Kernel", counting)
+    monkeypatch.setattr(pyopencl, "Kernel", counting)
     x = zeros(queue, 4)
     for _ in range(20):
         cl.launch(count_kernels, x, global_size=4)

@@ -19,8 +19,9 @@ numpy base), numpy structured scalars and 0-d arrays of one (``Struct[dtype]``, 
 Python ``int``/``float``/``bool`` (weak: they take the type the method declares, range-checked).
 
 Design notes on the launch path. pyopencl's ``Kernel.set_arg`` on a numpy scalar tries several
-casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (raw bytes:
-a numpy scalar's own, or for a Python scalar the bytes ``struct`` packs into the declared C
+casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (a private
+pyopencl attribute, like each one used, in :mod:`specializer.backends._pyopencl_private`; raw
+bytes: a numpy scalar's own, or for a Python scalar the bytes ``struct`` packs into the declared C
 type) and buffers with ``set_arg``, then calls ``enqueue_nd_range_kernel`` directly. Setting
 the arguments and enqueueing are two steps that another thread must not interleave: each
 launch takes a kernel object from its linked kernel's pool (``list.pop``, atomic under the GIL
@@ -45,7 +46,6 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
-import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
@@ -53,6 +53,7 @@ from .. import launching
 from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from ..kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup, unsupported_argument
 from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
+from . import _pyopencl_private as _private
 
 __all__ = [
     "BACKEND",
@@ -130,15 +131,15 @@ _CONCRETE = frozenset(np.sctypeDict.values())
 _BY_CLASS: dict[type, type] = {
     **{t: t for t in SCALAR_TYPES.values() if t in _CONCRETE},
     **WEAK,
-    _cl.Buffer: Buffer,
-    _cl.LocalMemory: LocalMemory,
-    _cl.Sampler: Sampler,
-    _cl.Image: Image,
+    cl.Buffer: Buffer,
+    cl.LocalMemory: LocalMemory,
+    cl.Sampler: Sampler,
+    cl.Image: Image,
 }
 #: argument type -> the value class its guard checks, where that is not the type itself
 _GUARD_CLASS: dict[type, type] = {
-    t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not _cl.Image
-} | {Image: _cl.Image}
+    t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not cl.Image
+} | {Image: cl.Image}
 _array_types: dict[np.dtype, type[DeviceArray]] = {}
 
 
@@ -185,8 +186,8 @@ def typeof(value: Any) -> type:
         base = _scalar_base(value.__class__)
         if base is not None:
             return base
-    if isinstance(value, _cl.MemoryObjectHolder):  # a sub-buffer, a pooled buffer, ...
-        return Image if isinstance(value, _cl.Image) else Buffer
+    if isinstance(value, cl.MemoryObjectHolder):  # a sub-buffer, a pooled buffer, ...
+        return Image if isinstance(value, cl.Image) else Buffer
     for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
         if isinstance(value, py):
             return WEAK[py]
@@ -349,16 +350,11 @@ class LinkedKernel:
     def new_record(self) -> list[Any]:
         """A pool record with a new kernel object: ``[set_arg, set_buf, kernel, <nothing set
         at each index>]`` (see ``templates/opencl_entry.py.j2``)."""
-        knl = _cl.Kernel(self.program, self.name)
-        return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_nothing] * len(self.tt))]
+        knl = cl.Kernel(self.program, self.name)
+        return [knl.set_arg, _private.set_arg_buf(knl), knl, *([_nothing] * len(self.tt))]
 
     def __repr__(self) -> str:
         return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
-
-
-# Scalars go in as raw bytes; pyopencl's private _set_arg_buf skips set_arg's failing casts.
-# Should a future pyopencl drop it, set_arg takes the same bytes (correct, only slower).
-_SET_BUF = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
 
 
 def _param_names(source: str, name: str) -> list[str]:
@@ -422,7 +418,7 @@ def _failed(
                     f"{v!r} does not fit {type_name(t)}{span}, the type of {_describe(linked, i)}"
                 ) from None
     if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
-        probe = _cl.Kernel(linked.program, linked.name)
+        probe = cl.Kernel(linked.program, linked.name)
         for i, (t, v) in enumerate(zip(linked.tt, values)):
             try:
                 _set_one(probe, i, t, v)
@@ -439,9 +435,9 @@ def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
     if isinstance(v, cla.Array):
         knl.set_arg(i, v.base_data)
     elif isinstance(v, (int, float)) and not isinstance(v, np.generic):
-        knl._set_arg_buf(i, _packer(t)(v))
+        _private.set_arg_buf(knl)(i, _packer(t)(v))
     elif isinstance(v, (np.generic, np.ndarray)):
-        knl._set_arg_buf(i, v)
+        _private.set_arg_buf(knl)(i, v)
     else:
         knl.set_arg(i, v)
 
@@ -449,7 +445,7 @@ def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
     # A source build (PoCL's path) keeps the failed program, whose log is the compiler's
     # text alone; otherwise pyopencl's message carries the log.
-    built = getattr(program, "_prg", None)
+    built = program
     if built is not None:
         logs = []
         for dev in context.devices:
@@ -534,7 +530,7 @@ class OpenCLBackend(Backend):
                 f"(build options: {' '.join(options) or 'none'}):\n{log}{_callee_hint(log)}\n"
                 f"--- its source (the callees', then the kernel's) ---\n{_numbered(source)}"
             ) from None
-        raw = program._get_prg()
+        raw = _private.raw_program(program)
         built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
         with _programs_lock:
             built = table.setdefault((source, options), built)
@@ -549,7 +545,7 @@ class OpenCLBackend(Backend):
         signature = launching.signature(job.name, job.mi.tt)
         built = self._build(job, artifact.source, ctx)
         try:
-            knl = _cl.Kernel(built.program, job.name)
+            knl = cl.Kernel(built.program, job.name)
         except cl.Error:
             raise CompileError(
                 f"the source of OpenCL kernel {signature} defines no __kernel named "
@@ -872,7 +868,7 @@ class _OpenCLLauncher(launching.Launcher):
     ) -> tuple[list[str], list[str], dict[str, Any]]:
         namespace: dict[str, Any] = {
             "_DEFAULT": _DEFAULT,
-            "_enqueue": _cl.enqueue_nd_range_kernel,
+            "_enqueue": cl.enqueue_nd_range_kernel,
             "_sizes": _sizes,
             "_same_context": _same_context,
             "_bad_array": _bad_array,
