@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import argparse
-import ctypes
+import ctypes  # renameat2 alone: the os module has no atomic exchange of two paths
 import errno
 import importlib.util
 import os

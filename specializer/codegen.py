@@ -84,8 +84,16 @@ _released: deque[tuple[int, GeneratedSource]] = deque(maxlen=RELEASED_KEPT)
 _counts: dict[str, int] = {}
 _serial = itertools.count()
 _lock = threading.RLock()  # re-entrant: a finalizer may run while a generation holds it
-if hasattr(os, "register_at_fork"):  # a thread of the parent may have held it (it would never end)
-    os.register_at_fork(after_in_child=_lock._at_fork_reinit)
+
+
+def _fresh_lock_in_child() -> None:
+    # A thread of the parent may have held the lock (it would never end): a child gets its own.
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_fresh_lock_in_child)
 
 
 def generated_sources() -> list[GeneratedSource]:

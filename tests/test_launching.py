@@ -6,9 +6,11 @@ import collections
 import functools
 import gc
 import random
+import re
 import signal
 import sys
 import weakref
+from pathlib import Path
 
 import numpy as np
 import pyopencl
@@ -241,3 +243,28 @@ def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp
 def test_a_default_outside_the_four_is_refused_naming_the_option(tmp_path):
     with pytest.raises(TypeError, match=r"the default 'optional' of launch option 'context'"):
         _launcher_with(tmp_path, "        where = context\n", defaults=("required", "optional"))
+
+
+# -- public semantics only ----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERNALS = re.compile(r"ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags")
+#: where the package may use ctypes, each file saying why in a comment: the CUDA parameter
+#: buffers (the driver takes a void** of argument addresses) and the command line's renameat2
+CTYPES_ALLOWED = ("specializer/backends/cuda/_params.py", "specializer/__main__.py")
+
+
+def test_the_package_reaches_into_no_interpreter_internals():
+    # `grep -rnE "ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags" specializer/`
+    hits = []
+    for path in sorted((ROOT / "specializer").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if INTERNALS.search(line) and rel not in CTYPES_ALLOWED:
+                hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, "interpreter internals used:\n" + "\n".join(hits)
+    for rel in CTYPES_ALLOWED:
+        text = (ROOT / rel).read_text()
+        assert INTERNALS.findall(text) and set(INTERNALS.findall(text)) == {"ctypes"}, rel
+        why = [ln for ln in text.splitlines() if "ctypes" in ln and ("#" in ln or "why" in ln)]
+        assert why, f"{rel} uses ctypes without a comment saying why"
