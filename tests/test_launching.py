@@ -268,3 +268,14 @@ def test_the_package_reaches_into_no_interpreter_internals():
         assert INTERNALS.findall(text) and set(INTERNALS.findall(text)) == {"ctypes"}, rel
         why = [ln for ln in text.splitlines() if "ctypes" in ln and ("#" in ln or "why" in ln)]
         assert why, f"{rel} uses ctypes without a comment saying why"
+
+
+@pytest.mark.parametrize("make", [list, collections.UserList, collections.deque])
+def test_cuda_compiler_kwargs_in_a_mutable_sequence_are_frozen_into_the_lookup_key(make):
+    from specializer.backends.cuda import _launch
+
+    options = make(["-DV=1"])
+    key = _launch._kwkey({"options": options})
+    options[0] = "-DV=2"
+    assert key == (("options", ("-DV=1",)),)
+    assert hash(key) == hash((("options", ("-DV=1",)),))
