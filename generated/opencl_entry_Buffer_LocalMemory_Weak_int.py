@@ -21,7 +21,10 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
             k = _new()
         try:
             k[0](0, a0)
-            k[0](1, a1)
+            if k[4] is not a1:
+                k[4] = _nothing
+                k[0](1, a1)
+                k[4] = a1
             if k[5] is not a2:
                 k[5] = _nothing
                 k[1](2, _pack2(a2))
@@ -67,7 +70,10 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 k = _new()
             try:
                 k[0](0, a0)
-                k[0](1, a1)
+                if k[4] is not a1:
+                    k[4] = _nothing
+                    k[0](1, a1)
+                    k[4] = a1
                 if k[5] is not a2:
                     k[5] = _nothing
                     k[1](2, _pack2(a2))
@@ -108,7 +114,10 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
             k = _new()
         try:
             k[0](0, a0)
-            k[0](1, a1)
+            if k[4] is not a1:
+                k[4] = _nothing
+                k[0](1, a1)
+                k[4] = a1
             if k[5] is not a2:
                 k[5] = _nothing
                 k[1](2, _pack2(a2))

@@ -21,7 +21,10 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
             k = _new()
         try:
             k[0](0, a0)
-            k[0](1, a1)
+            if k[4] is not a1:
+                k[4] = _nothing
+                k[0](1, a1)
+                k[4] = a1
             if k[5]() is not a2:
                 if a2.offset or not a2.flags.forc:
                     _bad_array(linked, 2, a2)
@@ -69,7 +72,10 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 k = _new()
             try:
                 k[0](0, a0)
-                k[0](1, a1)
+                if k[4] is not a1:
+                    k[4] = _nothing
+                    k[0](1, a1)
+                    k[4] = a1
                 if k[5]() is not a2:
                     if a2.offset or not a2.flags.forc:
                         _bad_array(linked, 2, a2)
@@ -112,7 +118,10 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
             k = _new()
         try:
             k[0](0, a0)
-            k[0](1, a1)
+            if k[4] is not a1:
+                k[4] = _nothing
+                k[0](1, a1)
+                k[4] = a1
             if k[5]() is not a2:
                 if a2.offset or not a2.flags.forc:
                     _bad_array(linked, 2, a2)

@@ -882,6 +882,8 @@ class _OpenCLLauncher(launching.Launcher):
         for i, (t, r) in enumerate(zip(tt, resolved)):
             if issubclass(t, Array):
                 kinds.append("array")
+            elif issubclass(t, (LocalMemory, Sampler)):
+                kinds.append("held")
             elif issubclass(t, _ArgType):
                 kinds.append("object")
             elif issubclass(t, Struct):
