@@ -70,6 +70,19 @@ the rest are the globals :meth:`Launcher.kinds` returns. A back-end's mistake is
 it is made (:class:`Launcher` renders its template then): a ``defaults`` value outside the
 four, a ``where`` block that assigns nothing to ``where_name``.
 
+What the core gives a back-end
+------------------------------
+
+- ``launcher.launch``: the generated ``launch(f, *args, <options>, **compiler_kwargs)``;
+- ``launcher.function(f, tt, where_opt, kw)``: the lookup as a new HostKernel (its
+  ``clfunction``);
+- ``launcher.site``: its :class:`~specializer.kernels.LookupSite` (tests count its misses);
+- ``launcher.where_table(where)``: the where table (see "Cached state"), which a back-end may
+  use for what it keeps per where (OpenCL keeps a queue's context key there) or override;
+- ``launcher.template_params(...)``: what its template is rendered with for one signature
+  (``tools/regen_generated.py`` renders it for review);
+- :func:`forget` ``(part)``: a context (or the token a back-end keys one by) is gone.
+
 What the core does, so no back-end has to
 -----------------------------------------
 
