@@ -575,7 +575,7 @@ def _frozen(v: Any) -> Any:
     launch gives, so a list edited in place does not hit), or ``NOTHING`` for any other type
     (a ``UserList``, a ``deque``: a launch given one looks up by the value it has then)."""
     cls = v.__class__
-    if cls in _ATOMS:
+    if cls in _ATOMS or isinstance(v, (np.number, np.bool_)):
         return v
     if cls is dict:
         out = {k: _frozen(x) for k, x in v.items()}

@@ -279,3 +279,24 @@ def test_cuda_compiler_kwargs_in_a_mutable_sequence_are_frozen_into_the_lookup_k
     options[0] = "-DV=2"
     assert key == (("options", ("-DV=1",)),)
     assert hash(key) == hash((("options", ("-DV=1",)),))
+
+
+def test_compiler_kwargs_in_a_dict_edited_in_place_look_up_anew():
+    # A front entry keeps a private copy: the user's dict, edited, compares unequal to it.
+    from pybackend import py
+
+    @py.kernel
+    def put_defined(x: py.Array[np.int64]) -> str:
+        return "def put_defined(i, x): x[i] = VALUE"
+
+    x = np.zeros(2, np.int64)
+    defines = {"VALUE": 1}
+    py.launch(put_defined, x, size=2, defines=defines)
+    py.launch(put_defined, x, size=2, defines=defines)
+    assert x.tolist() == [1, 1]
+    defines["VALUE"] = 2
+    py.launch(put_defined, x, size=2, defines=defines)
+    assert x.tolist() == [2, 2]
+    py.launch(put_defined, x, size=2, defines={"VALUE": np.int64(3)})
+    py.launch(put_defined, x, size=2, defines={"VALUE": np.int64(3)})
+    assert x.tolist() == [3, 3]
