@@ -15,18 +15,19 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a0.offset or not (a0._flags or a0.flags).forc:
-            _bad_array(linked, 0, a0)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
-            b = a0.base_data
-            if k[3] is not b:
-                k[0](0, b)
-                k[3] = b
+            if k[3]() is not a0:
+                if a0.offset or not a0.flags.forc:
+                    _bad_array(linked, 0, a0)
+                k[3] = _nothing
+                k[0](0, a0.base_data)
+                k[3] = _ref(a0)
             if k[4] is not a1:
+                k[4] = _nothing
                 k[1](1, a1)
                 k[4] = a1
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
@@ -64,18 +65,19 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                 global_size = _LAST_SIZE[0] = (global_size,)
             else:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            if a0.offset or not (a0._flags or a0.flags).forc:
-                _bad_array(linked, 0, a0)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
             try:
-                b = a0.base_data
-                if k[3] is not b:
-                    k[0](0, b)
-                    k[3] = b
+                if k[3]() is not a0:
+                    if a0.offset or not a0.flags.forc:
+                        _bad_array(linked, 0, a0)
+                    k[3] = _nothing
+                    k[0](0, a0.base_data)
+                    k[3] = _ref(a0)
                 if k[4] is not a1:
+                    k[4] = _nothing
                     k[1](1, a1)
                     k[4] = a1
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
@@ -108,18 +110,19 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a0.offset or not (a0._flags or a0.flags).forc:
-            _bad_array(linked, 0, a0)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
-            b = a0.base_data
-            if k[3] is not b:
-                k[0](0, b)
-                k[3] = b
+            if k[3]() is not a0:
+                if a0.offset or not a0.flags.forc:
+                    _bad_array(linked, 0, a0)
+                k[3] = _nothing
+                k[0](0, a0.base_data)
+                k[3] = _ref(a0)
             if k[4] is not a1:
+                k[4] = _nothing
                 k[1](1, a1)
                 k[4] = a1
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)

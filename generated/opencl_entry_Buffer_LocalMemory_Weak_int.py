@@ -20,13 +20,13 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         except IndexError:
             k = _new()
         try:
-            if k[3] is not a0:
-                k[0](0, a0)
-                k[3] = a0
+            k[0](0, a0)
             if k[4] is not a1:
+                k[4] = _nothing
                 k[0](1, a1)
                 k[4] = a1
             if k[5] is not a2:
+                k[5] = _nothing
                 k[1](2, _pack2(a2))
                 k[5] = a2
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
@@ -69,13 +69,13 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
             except IndexError:
                 k = _new()
             try:
-                if k[3] is not a0:
-                    k[0](0, a0)
-                    k[3] = a0
+                k[0](0, a0)
                 if k[4] is not a1:
+                    k[4] = _nothing
                     k[0](1, a1)
                     k[4] = a1
                 if k[5] is not a2:
+                    k[5] = _nothing
                     k[1](2, _pack2(a2))
                     k[5] = a2
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
@@ -113,13 +113,13 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         except IndexError:
             k = _new()
         try:
-            if k[3] is not a0:
-                k[0](0, a0)
-                k[3] = a0
+            k[0](0, a0)
             if k[4] is not a1:
+                k[4] = _nothing
                 k[0](1, a1)
                 k[4] = a1
             if k[5] is not a2:
+                k[5] = _nothing
                 k[1](2, _pack2(a2))
                 k[5] = a2
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)

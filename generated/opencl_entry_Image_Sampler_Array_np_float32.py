@@ -15,23 +15,22 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a2.offset or not (a2._flags or a2.flags).forc:
-            _bad_array(linked, 2, a2)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
-            if k[3] is not a0:
-                k[0](0, a0)
-                k[3] = a0
+            k[0](0, a0)
             if k[4] is not a1:
+                k[4] = _nothing
                 k[0](1, a1)
                 k[4] = a1
-            b = a2.base_data
-            if k[5] is not b:
-                k[0](2, b)
-                k[5] = b
+            if k[5]() is not a2:
+                if a2.offset or not a2.flags.forc:
+                    _bad_array(linked, 2, a2)
+                k[5] = _nothing
+                k[0](2, a2.base_data)
+                k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -67,23 +66,22 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 global_size = _LAST_SIZE[0] = (global_size,)
             else:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            if a2.offset or not (a2._flags or a2.flags).forc:
-                _bad_array(linked, 2, a2)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
             try:
-                if k[3] is not a0:
-                    k[0](0, a0)
-                    k[3] = a0
+                k[0](0, a0)
                 if k[4] is not a1:
+                    k[4] = _nothing
                     k[0](1, a1)
                     k[4] = a1
-                b = a2.base_data
-                if k[5] is not b:
-                    k[0](2, b)
-                    k[5] = b
+                if k[5]() is not a2:
+                    if a2.offset or not a2.flags.forc:
+                        _bad_array(linked, 2, a2)
+                    k[5] = _nothing
+                    k[0](2, a2.base_data)
+                    k[5] = _ref(a2)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -114,23 +112,22 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a2.offset or not (a2._flags or a2.flags).forc:
-            _bad_array(linked, 2, a2)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
-            if k[3] is not a0:
-                k[0](0, a0)
-                k[3] = a0
+            k[0](0, a0)
             if k[4] is not a1:
+                k[4] = _nothing
                 k[0](1, a1)
                 k[4] = a1
-            b = a2.base_data
-            if k[5] is not b:
-                k[0](2, b)
-                k[5] = b
+            if k[5]() is not a2:
+                if a2.offset or not a2.flags.forc:
+                    _bad_array(linked, 2, a2)
+                k[5] = _nothing
+                k[0](2, a2.base_data)
+                k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             _failed(linked, (a0, a1, a2, ), e, global_size, local_size)

@@ -15,18 +15,18 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a1.offset or not (a1._flags or a1.flags).forc:
-            _bad_array(linked, 1, a1)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
             k[1](0, a0)
-            b = a1.base_data
-            if k[4] is not b:
-                k[0](1, b)
-                k[4] = b
+            if k[4]() is not a1:
+                if a1.offset or not a1.flags.forc:
+                    _bad_array(linked, 1, a1)
+                k[4] = _nothing
+                k[0](1, a1.base_data)
+                k[4] = _ref(a1)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             _failed(linked, (a0, a1, ), e, global_size, local_size)
@@ -62,18 +62,18 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                 global_size = _LAST_SIZE[0] = (global_size,)
             else:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            if a1.offset or not (a1._flags or a1.flags).forc:
-                _bad_array(linked, 1, a1)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
             try:
                 k[1](0, a0)
-                b = a1.base_data
-                if k[4] is not b:
-                    k[0](1, b)
-                    k[4] = b
+                if k[4]() is not a1:
+                    if a1.offset or not a1.flags.forc:
+                        _bad_array(linked, 1, a1)
+                    k[4] = _nothing
+                    k[0](1, a1.base_data)
+                    k[4] = _ref(a1)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 _failed(linked, (a0, a1, ), e, global_size, local_size)
@@ -104,18 +104,18 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a1.offset or not (a1._flags or a1.flags).forc:
-            _bad_array(linked, 1, a1)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
             k[1](0, a0)
-            b = a1.base_data
-            if k[4] is not b:
-                k[0](1, b)
-                k[4] = b
+            if k[4]() is not a1:
+                if a1.offset or not a1.flags.forc:
+                    _bad_array(linked, 1, a1)
+                k[4] = _nothing
+                k[0](1, a1.base_data)
+                k[4] = _ref(a1)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             _failed(linked, (a0, a1, ), e, global_size, local_size)

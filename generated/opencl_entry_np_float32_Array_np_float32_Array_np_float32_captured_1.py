@@ -15,26 +15,27 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a1.offset or not (a1._flags or a1.flags).forc:
-            _bad_array(linked, 1, a1)
-        if a2.offset or not (a2._flags or a2.flags).forc:
-            _bad_array(linked, 2, a2)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
             if k[3] is not a0:
+                k[3] = _nothing
                 k[1](0, a0)
                 k[3] = a0
-            b = a1.base_data
-            if k[4] is not b:
-                k[0](1, b)
-                k[4] = b
-            b = a2.base_data
-            if k[5] is not b:
-                k[0](2, b)
-                k[5] = b
+            if k[4]() is not a1:
+                if a1.offset or not a1.flags.forc:
+                    _bad_array(linked, 1, a1)
+                k[4] = _nothing
+                k[0](1, a1.base_data)
+                k[4] = _ref(a1)
+            if k[5]() is not a2:
+                if a2.offset or not a2.flags.forc:
+                    _bad_array(linked, 2, a2)
+                k[5] = _nothing
+                k[0](2, a2.base_data)
+                k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -71,26 +72,27 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 global_size = _LAST_SIZE[0] = (global_size,)
             else:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            if a1.offset or not (a1._flags or a1.flags).forc:
-                _bad_array(linked, 1, a1)
-            if a2.offset or not (a2._flags or a2.flags).forc:
-                _bad_array(linked, 2, a2)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
             try:
                 if k[3] is not a0:
+                    k[3] = _nothing
                     k[1](0, a0)
                     k[3] = a0
-                b = a1.base_data
-                if k[4] is not b:
-                    k[0](1, b)
-                    k[4] = b
-                b = a2.base_data
-                if k[5] is not b:
-                    k[0](2, b)
-                    k[5] = b
+                if k[4]() is not a1:
+                    if a1.offset or not a1.flags.forc:
+                        _bad_array(linked, 1, a1)
+                    k[4] = _nothing
+                    k[0](1, a1.base_data)
+                    k[4] = _ref(a1)
+                if k[5]() is not a2:
+                    if a2.offset or not a2.flags.forc:
+                        _bad_array(linked, 2, a2)
+                    k[5] = _nothing
+                    k[0](2, a2.base_data)
+                    k[5] = _ref(a2)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -122,26 +124,27 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
             global_size = _LAST_SIZE[0] = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-        if a1.offset or not (a1._flags or a1.flags).forc:
-            _bad_array(linked, 1, a1)
-        if a2.offset or not (a2._flags or a2.flags).forc:
-            _bad_array(linked, 2, a2)
         try:
             k = _take()
         except IndexError:
             k = _new()
         try:
             if k[3] is not a0:
+                k[3] = _nothing
                 k[1](0, a0)
                 k[3] = a0
-            b = a1.base_data
-            if k[4] is not b:
-                k[0](1, b)
-                k[4] = b
-            b = a2.base_data
-            if k[5] is not b:
-                k[0](2, b)
-                k[5] = b
+            if k[4]() is not a1:
+                if a1.offset or not a1.flags.forc:
+                    _bad_array(linked, 1, a1)
+                k[4] = _nothing
+                k[0](1, a1.base_data)
+                k[4] = _ref(a1)
+            if k[5]() is not a2:
+                if a2.offset or not a2.flags.forc:
+                    _bad_array(linked, 2, a2)
+                k[5] = _nothing
+                k[0](2, a2.base_data)
+                k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             _failed(linked, (a0, a1, a2, ), e, global_size, local_size)

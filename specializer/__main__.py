@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
-import ctypes
+import ctypes  # renameat2 alone: the os module has no atomic exchange of two paths
 import errno
 import importlib.util
 import os

@@ -1,59 +1,132 @@
 """The launch path, written once for every back-end: ``launch``, the ``clfunction``-style
 lookup and the ``HostKernel`` call, generated per signature from ``templates/entry.py.j2``.
 
-A back-end subclasses :class:`Launcher` and supplies only what is its own:
+This docstring is the back-end interface's one reference: every member of :class:`Launcher`
+and every template block. ``tests/pybackend.py`` (with ``tests/templates/python_entry.py.j2``)
+is a complete minimal back-end built on it, and the README has a shorter one.
 
-- ``typeof(value)`` (given to its :class:`~specializer.kernels.Definitions`), and
-  :meth:`Launcher.guard_of` and :meth:`Launcher.kinds`: each argument type's *guard* (what
-  tells, on the fast path, that a value has that type: its class, and its dtype) and *kind*
-  (how the back-end sets it), with the values its template needs. Python ``int``, ``float``
-  and ``bool`` have the weak types of :mod:`specializer.types`: dispatch resolves each to the
-  concrete type the method declares (``resolved``), and the back-end converts the value to
-  that type on every launch, with a range check (an ``OverflowError`` naming the kernel and
-  the parameter);
-- ``template``: its template, extending ``entry.py.j2`` (whose header says what each block
-  may use and must set), with how to set the arguments and enqueue (the ``launch`` block) and
-  how a launch finds its *where*, the thing a front entry is published for (the queue, the
-  context key). A template outside this package's ``templates/`` is found once its directory
-  is given to :func:`specializer.codegen.add_template_dir`;
-- ``options``/``defaults``: its launch options; :meth:`Launcher.resolve` (the where of a
-  launch, with an option left to its default filled in), :meth:`Launcher.resolve_where` and
-  :meth:`Launcher.current_where` (the same for a lookup), and :meth:`Launcher.key` (the lookup
-  key, a tuple, for a where and compiler kwargs; it refuses unknown kwargs, naming the launch
-  options and the compiler options);
-- ``link(F, tt, key)``: the uncached lookup (usually :func:`specializer.kernels.uncached_lookup`;
-  the core has checked that ``F`` is this back-end's).
-  Its result, the *linked kernel*, has ``name`` (the kernel's), ``tt`` (the method instance's
-  concrete types, captured ones first) and ``bound``, a dict the core fills; anything a
-  launch needs of one kernel (a handle, a pool, names for messages) comes from it, because
-  the generated code is made once per signature and shared by every kernel of that signature.
+What a back-end supplies (class attributes and methods of its :class:`Launcher` subclass)
+------------------------------------------------------------------------------------------
 
-The core does what every back-end must get right, so none has to:
+- ``name``: its short name, the first part of its generated functions' names and of errors.
+- ``template``: its template, which extends ``entry.py.j2`` and fills the four blocks below. A
+  template outside this package's ``templates/`` is found once its directory is given to
+  :func:`specializer.codegen.add_template_dir`.
+- ``options`` and ``defaults``: its launch options, in order, as ``launch`` and a HostKernel
+  call take them, and each one's default, one of ``"required"`` (the caller must give it),
+  ``"none"``, ``"zero"``, ``"false"`` (it defaults to ``None``, ``0``, ``False``).
+- ``where_name``: the variable the template's ``where`` block sets to the launch's *where*,
+  the thing a front entry is published for (a queue, a context key); default ``"where"``. It
+  may be an option's name (OpenCL's ``queue``); the block must assign it either way.
+- ``front_attr``: the attribute of a kernel (or kernel instance type) that holds its newest
+  front entry for this back-end (a kernel without one takes the slow path, which checks that
+  the kernel is this back-end's).
+- ``where_attr`` (optional): the key of the where table in a where's own ``__dict__`` (see
+  "Cached state"); ``None`` (the default): each kernel keeps only its newest front entry.
+  :meth:`Launcher.where_table` may be overridden instead.
+- ``V``: the class of the lookup's result (checked on a miss); ``host_class``: the
+  :class:`HostKernel` subclass it returns; ``lookup_name``: its lookup's name for messages
+  (``"clfunction"``).
+- ``lifted`` and ``compiler_kwargs`` (optional): the compiler kwargs ``launch`` takes by name
+  (so a launch with them costs what one without does), and all of them, when all are known.
+- :meth:`Launcher.link` ``(F, tt, key)``: the uncached lookup (usually
+  :func:`specializer.kernels.uncached_lookup`; the core has checked that ``F`` is this
+  back-end's). Its result, the *linked kernel*, has ``name`` (the kernel's), ``tt`` (the
+  method instance's concrete types, captured ones first) and ``bound``, a dict the core fills;
+  anything a launch needs of one kernel (a handle, a pool, names for messages) comes from it,
+  since the generated code is shared by every kernel of a signature.
+- :meth:`Launcher.resolve` ``(opts)``: the where of a launch and its options with one left to
+  its default filled in; :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
+  lookup; :meth:`Launcher.key` ``(where, kw)``: the lookup key, a tuple, for a where and
+  compiler kwargs, comparing by value (it refuses unknown kwargs, naming the launch options
+  and the compiler options).
+- :meth:`Launcher.guard_of` ``(t)`` and :meth:`Launcher.kinds` ``(tt, resolved, ncaptured)``:
+  each argument type's *guard* (what tells on the fast path that a value has that type: its
+  class, and dtype) and each parameter's *kind* (how the template sets it), with the globals
+  the template needs. Python ``int``, ``float`` and ``bool`` have the weak types of
+  :mod:`specializer.types`: dispatch resolves each to the concrete type the method declares
+  (``resolved``), and the template converts the value to it on every launch, with a range
+  check (an ``OverflowError`` naming the kernel and the parameter).
+- ``typeof(value)``, given to its :class:`~specializer.kernels.Definitions`.
 
-- a kernel of another back-end is refused (each back-end's front entries live under an
-  attribute of its own, ``front_attr``; a kernel without one takes the slow path, which checks);
-- a kernel instance's type is not a kernel (its entry checks the instance's class);
-- a kernel instance's captured values come first, from the live instance, on every launch;
+Template blocks (each rendered at the indentation shown; ``entry.py.j2`` renders them)
+----------------------------------------------------------------------------------------
+
+- ``setup`` (4 spaces, in the factory, once per linked kernel): locals the other blocks use,
+  read from ``linked`` (``fn = linked.fn``).
+- ``where`` (8, in a front entry, before anything is compared): assign ``where_name`` the
+  where of this launch, resolving an option left to its default. Required: a block that
+  assigns nothing to it is refused when the back-end is made.
+- ``call_where`` (8, in a HostKernel call, where ``where`` is the HostKernel's): resolve the
+  where option against it (default to it; refuse or check another); may be empty.
+- ``launch`` (8, in the slow path's launch, a front entry and a HostKernel call): set the
+  arguments ``a0``..``a<n-1>`` (captured values first) and enqueue, with the launch options
+  as locals; its value is the launch's.
+
+A template receives names, counts and kinds, never values: ``captured``, ``instance``,
+``guards``, ``kinds``, ``options``, ``defaults``, ``lifted``, ``all_lifted``, ``where``; the
+guard's classes and dtypes are globals ``_C<i>``/``_D<i>``, ``_WORLD`` is the world cell, and
+the rest are the globals :meth:`Launcher.kinds` returns. A back-end's mistake is refused when
+it is made (:class:`Launcher` renders its template then): a ``defaults`` value outside the
+four, a ``where`` block that assigns nothing to ``where_name``.
+
+What the core gives a back-end
+------------------------------
+
+- ``launcher.launch``: the generated ``launch(f, *args, <options>, **compiler_kwargs)``;
+- ``launcher.function(f, tt, where_opt, kw)``: the lookup as a new HostKernel (its
+  ``clfunction``);
+- ``launcher.site``: its :class:`~specializer.kernels.LookupSite` (tests count its misses);
+- ``launcher.where_table(where)``: the where table (see "Cached state"), which a back-end may
+  use for what it keeps per where (OpenCL keeps a queue's context key there) or override;
+- ``launcher.template_params(...)``: what its template is rendered with for one signature
+  (``tools/regen_generated.py`` renders it for review);
+- :func:`forget` ``(part)``: a context (or the token a back-end keys one by) is gone.
+
+What the core does, so no back-end has to
+-----------------------------------------
+
+- a kernel of another back-end is refused; a kernel instance's type is not a kernel (its
+  entry checks the instance's class); captured values come first, from the live instance;
 - one world from dispatch to enqueue: a front entry is published only for the world its lookup
   ran in, and only when that world is still the latest after the lookup (so never while a task
-  is pinned, a compile hook is active or precompile mode is on, nor when the world rose);
-- a plain kernel's HostKernel is the same object while its lookup's result is the same.
+  is pinned, a compile hook is active or precompile mode is on, nor when the world rose).
 
 The hit path of a launch is ``launch`` (generated from ``launch.py.j2``) loading the kernel's
 front entry and calling it: the entry compares the world, the where and the compiler kwargs,
 unpacks the arguments, checks each one's class (and dtype), and sets and enqueues. It calls
 no ``typeof`` and builds no type tuple. Anything else is :meth:`Launcher.miss`: ``typeof`` of
-each argument, the cached lookup (``cached_lookup``, through
-:class:`~specializer.kernels.LookupSite`), a new front entry, and the launch.
+each argument, the cached lookup, a new front entry, and the launch.
+
+Cached state
+------------
+
+Two levels per kernel, over the compiled-code cache (:mod:`specializer.compiler`):
+
+1. *Front entries*: the generated entry of one lookup, bound to its world, where, compiler
+   kwargs (frozen: private copies, compared by value; a value of another mutable type, a
+   ``UserList``, publishes none) and kernel. A kernel keeps its newest under ``front_attr``;
+   each where keeps the newest of each kernel for it in its *where table*
+   (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``), which a
+   launch for another where finds and makes the kernel's newest. Invalidated by comparison:
+   an entry of an older world, another where or other kwargs is not used (a miss publishes a
+   new one). Lifetime: a where table goes with its where; the only user object kept beyond
+   that is the where of each kernel's newest entry, until the kernel launches elsewhere.
+2. *Specialized lookups*: ``cached_lookup`` through :class:`~specializer.kernels.LookupSite`,
+   four (world, key) entries per (kernel, types), compared by world and key value; a key part
+   that is gone (a dropped context) is dropped by :func:`forget`.
+
+:func:`Launcher.function` (``clfunction``) keeps nothing of its own: it runs the cached lookup
+and makes a new :class:`HostKernel` of its result. Code, not state: the generated code of each
+signature (``_factories``, per back-end and signature) and its functions bound to one linked
+kernel (``linked.bound``, cleared by :func:`forget`).
 """
 
 from __future__ import annotations
 
-import ctypes
+import ast
 import functools
-import sys
 import threading
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -62,7 +135,7 @@ import numpy as np
 from . import codegen
 from . import compiler as _compiler
 from . import world as _world
-from .kernels import Definitions, Kernel, KernelInstance, LookupSite
+from .kernels import Definitions, Kernel, LookupSite
 from .lookup import forget_key
 from .types import WEAK, type_name
 
@@ -74,57 +147,18 @@ def signature(name: str, tt: Iterable[type]) -> str:
     return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
-_HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
-_WORD = ctypes.sizeof(ctypes.c_void_p)
-
-
-def _vectorcall(cls: type) -> bool:
-    """Give ``cls``, a subclass of ``functools.partial``, the vectorcall path that CPython 3.12
-    and later give it, on 3.10 and 3.11; True if it has it.
-
-    Before 3.12 a class statement does not inherit the flag ``Py_TPFLAGS_HAVE_VECTORCALL``
-    (3.12 made heap types inherit it when they do not override ``__call__``), although each
-    instance holds partial's vectorcall function at the offset the class inherits: calling
-    one falls back to ``tp_call``, which builds an argument tuple and a keyword dict and
-    unpacks them again (about 1,400 instructions, a seventh of a launch). This sets the flag,
-    as 3.12 would, once, when the class is made (before it has an instance), and only after
-    checking that the type object's layout is the one known (the flags word read where
-    ``tp_flags`` lies equals ``cls.__flags__``, and the vectorcall offset equals partial's);
-    a class that defines ``__call__`` itself keeps it. Anywhere else it does nothing.
-    """
-    if cls.__flags__ & _HAVE_VECTORCALL:
-        return True
-    if sys.implementation.name != "cpython" or sys.version_info >= (3, 12):
-        return False
-    if any("__call__" in vars(c) for c in cls.__mro__[: cls.__mro__.index(functools.partial)]):
-        return False
-    # PyTypeObject: PyVarObject (3 words), tp_name, tp_basicsize, tp_itemsize, tp_dealloc,
-    # tp_vectorcall_offset (word 7), 13 more slots, then tp_flags (word 21, an unsigned long).
-    flags = ctypes.c_ulong.from_address(id(cls) + 21 * _WORD)
-    offset = ctypes.c_ssize_t.from_address(id(cls) + 7 * _WORD).value
-    base = ctypes.c_ssize_t.from_address(id(functools.partial) + 7 * _WORD).value
-    if flags.value != cls.__flags__ or offset != base or offset <= 0:
-        return False  # not the layout this knows: leave it
-    if not functools.partial.__flags__ & _HAVE_VECTORCALL:
-        return False
-    flags.value |= _HAVE_VECTORCALL
-    return bool(cls.__flags__ & _HAVE_VECTORCALL)
-
-
 class HostKernel(functools.partial):
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
-    It is a ``functools.partial`` of its signature's generated call, so calling it costs one
-    Python call through the vectorcall path (on CPython 3.10 and 3.11 too, where a subclass
-    of partial would otherwise lose it: see ``_vectorcall``). ``f`` is the live kernel or
-    kernel instance (whose captured values come first on every call), ``linked`` the
-    lookup's result.
+    It is a ``functools.partial`` of its signature's generated call: CPython 3.12 and later
+    call a subclass of partial that does not define ``__call__`` through the vectorcall
+    protocol, one Python call. On 3.10 and 3.11 a class statement does not give a subclass
+    that path, and each call builds and unpacks an argument tuple and a keyword dict (about
+    1,400 instructions more); that is the price of not writing into the type object. ``f`` is
+    the live kernel or kernel instance (whose captured values come first on every call),
+    ``linked`` the lookup's result.
     """
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        _vectorcall(cls)
 
     f: Any
     tt: tuple[type, ...]
@@ -151,13 +185,12 @@ class HostKernel(functools.partial):
         )
 
 
-_vectorcall(HostKernel)
-
+#: the defaults a launch option may have
+_DEFAULTS = ("required", "none", "zero", "false")
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
+#: the generated code of each signature, per back-end (code, not state: see the docstring)
 _factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
-_HOSTS = 16  # the HostKernels a linked kernel keeps for plain kernels, per (types, where)
-_RECENT = 16  # the front entries a kernel keeps, one per recent where
 _factories_lock = threading.Lock()
 
 
@@ -180,15 +213,10 @@ class Launcher:
     compiler_kwargs: ClassVar[tuple[str, ...]] = ()
     #: the variable the template's ``where`` block sets: the where a front entry compares
     where_name: ClassVar[str] = "where"
-    #: the key, in a where's own ``__dict__``, of the table the core keeps there (front
-    #: entries and HostKernels, which hold the where): then nothing the core keeps for a
-    #: where keeps it alive once the user dropped it, but a kernel's newest entry and newest
-    #: lookup, until it is launched or looked up elsewhere. None (for wheres without a
-    #: ``__dict__``): the core keeps them per kernel and per linked kernel, the newest 16
-    #: of each, which bounds what they hold
+    #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
+    #: None: no where tables, each kernel keeps its newest front entry only
     where_attr: ClassVar[str | None] = None
-    #: the attribute of a kernel (or kernel instance type) that holds this back-end's front
-    #: entry; its HostKernel memo is ``front_attr + "_host"``
+    #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
     front_attr: ClassVar[str]
     #: what the lookup's result is an instance of (checked on a miss)
     V: ClassVar[type]
@@ -200,9 +228,8 @@ class Launcher:
     def __init__(self, definitions: Definitions) -> None:
         self.definitions = definitions
         self.typeof = definitions.typeof
-        self._host_attr = self.front_attr + "_host"
-        self._recent_attr = self.front_attr + "_recent"
-        definitions.kernel_slots(self.front_attr, self._host_attr, self._recent_attr)
+        self._check_backend()
+        definitions.kernel_slots(self.front_attr)
         self.other = self._make_other()
         self._used = False  # by this process: a fork of it may not use it (see _check_fork)
         self.site = LookupSite(definitions, self.V, self.link)
@@ -213,6 +240,45 @@ class Launcher:
             f"{self.name}: launch(f, *args, {', '.join(self.options)})",
             **self.launch_params(),
         )
+
+    def _check_backend(self) -> None:
+        """Refuse a back-end's mistake now, naming it and what to write, rather than let every
+        launch take the slow path: a ``defaults`` value outside the four, and a template whose
+        ``where`` block assigns nothing to ``where_name``."""
+        what = f"back-end {self.name!r} ({type(self).__module__}.{type(self).__qualname__})"
+        if len(self.defaults) != len(self.options):
+            raise TypeError(
+                f"{what}: {len(self.options)} launch options but {len(self.defaults)} defaults: "
+                "give one default per option, in the same order"
+            )
+        for option, default in zip(self.options, self.defaults):
+            if default not in _DEFAULTS:
+                raise TypeError(
+                    f"{what}: the default {default!r} of launch option {option!r} is not one of "
+                    f'{", ".join(map(repr, _DEFAULTS))}: write "required" for an option '
+                    'the caller must give, "none", "zero" or "false" for one that '
+                    "defaults to None, 0 or False"
+                )
+        name = self.where_name
+        source = codegen.render(
+            self.template, name="entry_check", **self._params((), (), [], [], 0, False)
+        )
+        entry = next(
+            n
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.FunctionDef) and n.name == "entry"
+        )
+        stored = any(
+            isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
+            for n in ast.walk(entry)
+        )
+        if not stored:
+            raise TypeError(
+                f"{what}: the `where` block of template {self.template!r} assigns nothing to "
+                f"{name!r} (Launcher.where_name), which a front entry compares with the where "
+                f"it was published for; without it every launch would take the slow path. Set "
+                f"it in the block, e.g. `{name} = <the where option, or its default when None>`"
+            )
 
     # -- what a back-end supplies -----------------------------------------------------------
 
@@ -329,7 +395,18 @@ class Launcher:
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
-        params = {
+        return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
+
+    def _params(
+        self,
+        full: tuple[type, ...],
+        resolved: tuple[type, ...],
+        guards: list[str],
+        kinds: list[str],
+        ncaptured: int,
+        instance: bool,
+    ) -> dict[str, Any]:
+        return {
             "captured": ncaptured,
             "instance": instance,
             "guards": guards,
@@ -340,7 +417,6 @@ class Launcher:
             "all_lifted": bool(self.lifted) and set(self.lifted) == set(self.compiler_kwargs),
             "where": self.where_name,
         }
-        return parts, namespace, params
 
     def launch_params(self) -> dict[str, Any]:
         """The template parameters of this back-end's ``launch`` (``launch.py.j2``)."""
@@ -377,7 +453,9 @@ class Launcher:
         # not while a pin, a hook or precompile mode is on (w is None then, or WORLD[0] is by
         # now), nor when a definition raised the world during the lookup.
         if w is not None and _world.WORLD[0] is w:
-            kw = {k: list(v) if isinstance(v, list) else v for k, v in kw.items()}
+            kw = _frozen(kw)
+            if kw is NOTHING:  # a value of a type that may change in place: no entry
+                return
             lifted = [kw.pop(k, NOTHING) for k in self.lifted]
             entry = front(w, where, kw, F, self.other, *lifted)
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
@@ -387,26 +465,21 @@ class Launcher:
             table = self.where_table(where)
             if table is not None:  # kept by the where itself: gone with it
                 table[F] = entry
-            else:
-                recent = getattr(F, self._recent_attr, None)
-                if recent is None:
-                    recent = {}
-                    setattr(F, self._recent_attr, recent)
-                if len(recent) >= _RECENT and where not in recent:  # forget the oldest
-                    recent.pop(next(iter(recent)), None)
-                recent[where] = entry
             setattr(F, self.front_attr, entry)
 
-    def where_table(self, where: Any) -> dict[Any, Any] | None:
-        """The table the core keeps for ``where`` in the where's own ``__dict__`` (under
-        ``where_attr``), made on first use; None when the back-end has no ``where_attr`` or
-        the where has no ``__dict__``."""
+    def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
+        """The *where table* of ``where``: what the core keeps for one where (a kernel's front
+        entry for it, by kernel), owned by the where so that it goes with it. By default a
+        dict in the where's own ``__dict__`` under ``where_attr``, made on first use (or not,
+        when ``make`` is false: then None); None when the back-end has no ``where_attr`` or
+        the where has no ``__dict__``. A back-end whose wheres cannot carry one may override
+        this with a table that lives exactly as long as the where."""
         name = self.where_attr
         d = None if name is None else getattr(where, "__dict__", None)
         if d is None:
             return None
         table = d.get(name)
-        if table is None:
+        if table is None and make:
             table = d.setdefault(name, {})
         return table
 
@@ -415,27 +488,15 @@ class Launcher:
         newest), or None; what a front entry calls when a launch comes for another where.
         The entry found becomes the kernel's newest (so the newest is of the where launched
         on last, and a where the user dropped is not held by it after a launch elsewhere)."""
-        attr, name, recent_attr = self.front_attr, self.where_attr, self._recent_attr
+        attr, table_of = self.front_attr, self.where_table
 
-        if name is not None:
-
-            def other(F: Any, where: Any) -> Any:
-                try:
-                    entry = where.__dict__[name][F]
-                except (AttributeError, KeyError, TypeError):
-                    return None
-                setattr(F, attr, entry)
-                return entry
-
-        else:
-
-            def other(F: Any, where: Any) -> Any:
-                try:
-                    entry = getattr(F, recent_attr)[where]
-                except (AttributeError, KeyError, TypeError):  # TypeError: not a where
-                    return None
-                setattr(F, attr, entry)
-                return entry
+        def other(F: Any, where: Any) -> Any:
+            try:
+                entry = table_of(where, False)[F]  # type: ignore[index]
+            except (KeyError, TypeError):  # TypeError: no table
+                return None
+            setattr(F, attr, entry)
+            return entry
 
         return other
 
@@ -459,7 +520,7 @@ class Launcher:
         # would hang); every lookup misses in a fork (WORLD[0] is None there), so checking on
         # the miss is enough. A fork of a process that never used it may.
         if self._used:
-            if _world.STATE.forked:
+            if _world.forked():
                 _world.check_fork(f"specializer's {self.name} back-end")
         else:
             self._used = True
@@ -474,64 +535,18 @@ class Launcher:
 
     def function(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
         """The lookup of ``f`` (a kernel or kernel instance) for types ``tt`` in a where
-        (``where_opt`` is the launch option that selects it), as a HostKernel."""
-        try:
-            w, where, t, linked, hk = getattr(f, self._host_attr)
-        except (AttributeError, TypeError, ValueError):
-            w = None
-        if (
-            w is not None
-            and w is _world.WORLD[0]
-            and where is self.current_where(where_opt)
-            and (t is tt or t == tt)
-            and not kw
-        ):
-            if hk is not None:
-                return hk
-            if isinstance(f, KernelInstance):  # the live instance with the cached result
-                return self.host_class(linked.bound[t, True][2], f, where, t, linked)
-        return self._function_miss(f, tt, where_opt, kw)
-
-    def _function_miss(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
+        (``where_opt`` is the launch option that selects it), as a new HostKernel made from
+        the cached lookup's result: nothing but that lookup is kept."""
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
         self._check_fork()
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
-        key = self.key(where, kw)
-        w = _world.WORLD[0]
-        linked = self.site.lookup(F, tt, key)
-        call = self.bound(linked, tt, F)[2]
-        hk = None
-        if F is f:  # a plain kernel keeps its HostKernel while the lookup's result is the same
-            table = self.where_table(where)
-            if table is not None:  # kept by the where: one per kernel and types
-                hk = table.get((self._host_attr, f, tt))
-                if hk is None or hk.linked is not linked or hk.f is not f:
-                    hk = table[self._host_attr, f, tt] = self.host_class(call, f, where, tt, linked)
-            else:  # kept by the linked kernel, weakly (a HostKernel may hold its where): the
-                # newest few, each the same object while the user holds it
-                hosts = linked.bound.setdefault("hosts", {})
-                ref = hosts.get((tt, where))
-                hk = None if ref is None else ref()
-                if hk is None or hk.f is not f:
-                    hk = self.host_class(call, f, where, tt, linked)
-                    if len(hosts) >= _HOSTS:  # forget the oldest
-                        del hosts[next(iter(hosts))]
-                    hosts[tt, where] = weakref.ref(hk)
-        else:
-            hk = self.host_class(call, f, where, tt, linked)
-        if not kw and w is not None and _world.WORLD[0] is w:
-            setattr(F, self._host_attr, (w, where, tt, linked, hk if F is f else None))
-        return hk
+        linked = self.site.lookup(F, tt, self.key(where, kw))
+        return self.host_class(self.bound(linked, tt, F)[2], f, where, tt, linked)
 
     def resolve_where(self, where_opt: Any) -> Any:
         """The where a lookup given ``where_opt`` (None: the default) is for."""
-        raise NotImplementedError
-
-    def current_where(self, where_opt: Any) -> Any:
-        """:meth:`resolve_where` as cheaply as it can be known, or anything that is no where
-        (``None``) when it cannot be without work: the lookup's fast path compares it."""
         raise NotImplementedError
 
 
@@ -548,6 +563,31 @@ def forget(part: Any) -> list[Any]:
     for linked in dropped:
         linked.bound.clear()
     return dropped
+
+
+#: values that cannot change: a front entry compares one by identity, then by value
+_ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None), frozenset})
+
+
+def _frozen(v: Any) -> Any:
+    """A compiler kwarg's value as a front entry keeps it: the value itself when it cannot
+    change, a private copy of a list, tuple or dict (compared by value with what a later
+    launch gives, so a list edited in place does not hit), or ``NOTHING`` for any other type
+    (a ``UserList``, a ``deque``: a launch given one looks up by the value it has then)."""
+    cls = v.__class__
+    if cls in _ATOMS or isinstance(v, (np.number, np.bool_)):
+        return v
+    if cls is dict:
+        out = {k: _frozen(x) for k, x in v.items()}
+        return NOTHING if any(x is NOTHING for x in out.values()) else out
+    if cls is list or cls is tuple:
+        items = [_frozen(x) for x in v]
+        if any(x is NOTHING for x in items):
+            return NOTHING
+        if cls is tuple and all(x is y for x, y in zip(items, v)):
+            return v  # immutable all through: kept as given, so a constant hits by identity
+        return cls(items)
+    return NOTHING
 
 
 def _name(F: Any) -> str:

@@ -6,9 +6,11 @@ interface, :class:`specializer.Backend`: ``compile`` joins the callee and kernel
 Tests call what a lookup returns and check its output.
 
 The second (``py``: ``py.kernel``, ``py.launch``, ``py.function``, ...) is a launching back-end
-on the core's launch path, :class:`specializer.launching.Launcher`, written against that
-interface's documentation alone: a kernel method returns Python source defining
-``def <name>(i, *params)``, device functions return Python source that is prepended, and
+on the core's launch path, :class:`specializer.launching.Launcher`: the complete minimal
+example of that interface, whose one reference is the docstring of
+``specializer/launching.py`` (every ``Launcher`` member and template block). A kernel method
+returns Python source defining ``def <name>(i, *params)``, device functions return Python
+source that is prepended, and
 ``py.launch(k, *args, size=n, context=None)`` calls the kernel once per work item
 ``i in range(n)``. Arguments are numpy arrays (``py.Array[dtype]``), numpy scalars and weak
 Python scalars. Its template is ``tests/templates/python_entry.py.j2``.
@@ -308,9 +310,6 @@ class PyLauncher(Launcher):
 
     def resolve_where(self, where_opt):
         return self._context(where_opt)
-
-    def current_where(self, where_opt):
-        return self.default[0] if where_opt is None else where_opt
 
     def key(self, where, kw):
         if not kw:

@@ -1,40 +1,57 @@
-"""The core's HostKernel class: a functools.partial subclass with the vectorcall path."""
+"""The core's HostKernel class: a functools.partial subclass, called through public means."""
 
 from __future__ import annotations
 
+import collections
 import functools
+import gc
+import random
+import re
+import signal
 import sys
+import weakref
+from pathlib import Path
 
+import numpy as np
+import pyopencl
+import pyopencl.array as cla
 import pytest
 
-from specializer import launching
+from specializer import codegen, compile_count, launching
 from specializer.backends import opencl as cl
+from specializer.kernels import Definitions
 
-HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
-
-cpython = pytest.mark.skipif(
-    sys.implementation.name != "cpython", reason="the vectorcall flag is CPython's"
-)
+HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL, as type.__flags__ shows it
 
 
 def _record(*args, **kwargs):
     return args, kwargs
 
 
-@cpython
-def test_every_back_ends_host_kernel_class_has_the_vectorcall_path():
-    # On 3.10 and 3.11 a class statement does not give a subclass of partial the flag;
-    # without it each HostKernel call builds and unpacks an argument tuple and a dict.
+@pytest.mark.skipif(
+    sys.implementation.name != "cpython" or sys.version_info < (3, 12),
+    reason="CPython 3.12 and later give a subclass of partial the vectorcall path",
+)
+def test_every_back_ends_host_kernel_class_has_the_vectorcall_path_on_312_and_later():
+    # None of them may define __call__: that would take the path away.
     for cls in (launching.HostKernel, cl.HostKernel):
         assert cls.__flags__ & HAVE_VECTORCALL, cls
 
 
-@cpython
-def test_a_new_subclass_gets_it_and_calls_like_a_partial():
+def test_host_kernel_classes_keep_the_type_flags_python_gave_them():
+    # Nothing writes into a type object: each class has the flags of a class statement.
     class Mine(launching.HostKernel):
         pass
 
-    assert Mine.__flags__ & HAVE_VECTORCALL
+    plain = type("Plain", (functools.partial,), {}).__flags__ & HAVE_VECTORCALL
+    for cls in (launching.HostKernel, cl.HostKernel, Mine):
+        assert cls.__flags__ & HAVE_VECTORCALL == plain, cls
+
+
+def test_a_new_subclass_calls_like_a_partial():
+    class Mine(launching.HostKernel):
+        pass
+
     hk = functools.partial.__new__(Mine, _record, "f", "where")
     assert hk(1, 2, global_size=3) == (("f", "where", 1, 2), {"global_size": 3})
     assert hk() == (("f", "where"), {})
@@ -52,3 +69,234 @@ def test_a_subclass_that_defines_call_keeps_its_own():
     for cls in (Own, Below):
         hk = functools.partial.__new__(cls, _record, "f")
         assert hk(1, x=2) == ("own", (1,), {"x": 2})
+
+
+# -- the OpenCL launch path: what a launch keeps, and interrupted launches -------------------
+
+F32 = cl.Array[np.float32]
+
+
+@pytest.fixture
+def queue():
+    return cl.default_queue()
+
+
+@cl.kernel
+def put_value(x: F32, v: np.int32) -> str:
+    return "__kernel void put_value(__global float *x, int v) { x[get_global_id(0)] = v; }"
+
+
+def _check_put(queue, a, b, first):
+    """Launch put_value on ``first`` then on the other array, each time checking both."""
+    values = {id(a): 1, id(b): 2}
+    second = b if first is a else a
+    a.fill(0)
+    b.fill(0)
+    queue.finish()
+    done = {id(a): 0, id(b): 0}
+    for x in (first, second):
+        cl.launch(put_value, x, np.int32(values[id(x)]), global_size=1)
+        done[id(x)] = values[id(x)]
+        queue.finish()
+        assert (a.get()[0], b.get()[0]) == (done[id(a)], done[id(b)]), "the wrong array"
+
+
+def test_random_interrupts_between_launches_on_two_arrays_never_make_one_write_the_other(queue):
+    # 2,000 real timer signals, each raising KeyboardInterrupt wherever the main thread is in
+    # a loop alternating launch(k, a, 1) and launch(k, b, 2). After each, the launch on the
+    # array not being launched then (the one a stale record would name) runs first.
+    a, b = cla.zeros(queue, 1, np.float32), cla.zeros(queue, 1, np.float32)
+    one, two = np.int32(1), np.int32(2)
+    _check_put(queue, a, b, a)
+    rng = random.Random(17)
+    armed = [False]
+
+    def on_alarm(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    try:
+        for _ in range(2000):
+            current = a
+            try:
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, rng.uniform(1e-6, 6e-5))
+                while True:
+                    current = a
+                    cl.launch(put_value, a, one, global_size=1)
+                    current = b
+                    cl.launch(put_value, b, two, global_size=1)
+            except KeyboardInterrupt:
+                pass
+            armed[0] = False
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            queue.finish()
+            _check_put(queue, a, b, b if current is a else a)
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _references(probe):
+    return probe.get_info(pyopencl.mem_info.REFERENCE_COUNT)
+
+
+def test_a_dropped_kernel_instance_frees_its_captured_64_mib_array_after_it_ran(queue):
+    @cl.kernel
+    def add_captured(big: F32, out: F32) -> str:
+        return """__kernel void add_captured(__global float *big, __global float *out) {
+                      out[get_global_id(0)] += big[get_global_id(0)]; }"""
+
+    big = cla.zeros(queue, 16 * 2**20, np.float32).fill(3)  # 64 MiB
+    out = cla.zeros(queue, 4, np.float32)
+    instance = add_captured.capture(big)
+    cl.launch(instance, out, global_size=4)
+    cl.clfunction(instance, (F32,))(out, global_size=4)
+    queue.finish()
+    assert out.get().tolist() == [6, 6, 6, 6]
+    # A second handle of the buffer, which this test holds: once the array is gone it must be
+    # the buffer's only reference (a kept record, entry or HostKernel would hold another).
+    probe = pyopencl.MemoryObject.from_int_ptr(big.base_data.int_ptr, retain=True)
+    assert _references(probe) > 1
+    array_ref = weakref.ref(big)
+    del instance, big
+    gc.collect()
+    assert array_ref() is None
+    assert _references(probe) == 1
+
+
+@pytest.mark.parametrize("make", [collections.UserList, collections.deque])
+def test_build_options_in_a_sequence_edited_in_place_build_anew(queue, make):
+    @cl.kernel
+    def put_define(x: F32) -> str:
+        return "__kernel void put_define(__global float *x) { x[get_global_id(0)] = V; }"
+
+    x = cla.zeros(queue, 2, np.float32)
+    options = make(["-DV=1"])
+    cl.launch(put_define, x, global_size=2, options=options)
+    assert x.get().tolist() == [1, 1]
+    cl.launch(put_define, x, global_size=2, options=options)  # the same value: no build
+    before = compile_count()
+    options[0] = "-DV=2"
+    cl.launch(put_define, x, global_size=2, options=options)
+    assert x.get().tolist() == [2, 2]
+    assert compile_count() == before + 1
+    cl.launch(put_define, x.fill(0), global_size=2, options=options)
+    assert x.get().tolist() == [2, 2]
+    assert compile_count() == before + 1
+
+
+def test_build_options_in_a_list_edited_in_place_build_anew_and_hit_by_value(queue):
+    @cl.kernel
+    def put_define_list(x: F32) -> str:
+        return "__kernel void put_define_list(__global float *x) { x[get_global_id(0)] = V; }"
+
+    x = cla.zeros(queue, 2, np.float32)
+    options = ["-DV=1"]
+    cl.launch(put_define_list, x, global_size=2, options=options)
+    options[0] = "-DV=2"
+    cl.launch(put_define_list, x, global_size=2, options=options)
+    assert x.get().tolist() == [2, 2]
+    cl.launch(put_define_list, x, global_size=2, options=["-DV=1"])
+    assert x.get().tolist() == [1, 1]
+
+
+# -- a back-end's mistakes are refused when its Launcher is made --------------------------------
+
+
+def _launcher_with(tmp_path, where_block: str, defaults=("required", "none")):
+    from pybackend import PyLauncher, py
+
+    (tmp_path / "bad_entry.py.j2").write_text(
+        '{% extends "python_entry.py.j2" %}\n{% block where %}\n' + where_block + "{% endblock %}\n"
+    )
+    codegen.add_template_dir(tmp_path)
+
+    class BadLauncher(PyLauncher):
+        name = "bad"
+        template = "bad_entry.py.j2"
+        front_attr = "_bad_front"
+
+    BadLauncher.defaults = defaults
+    return BadLauncher(Definitions(py.typeof, "bad"), py.backend)
+
+
+def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp_path):
+    # Such a back-end would run, but every launch would take the slow path.
+    with pytest.raises(TypeError) as e:
+        _launcher_with(tmp_path, "        if context is None:\n            context = _DEFAULT[0]\n")
+    assert str(e.value) == (
+        "back-end 'bad' (test_launching._launcher_with.<locals>.BadLauncher): the `where` block "
+        "of template 'bad_entry.py.j2' assigns nothing to 'where' (Launcher.where_name), which "
+        "a front entry compares with the where it was published for; without it every launch "
+        "would take the slow path. Set it in the block, e.g. `where = <the where option, or "
+        "its default when None>`"
+    )
+    # The same block assigning it makes a working back-end.
+    launcher = _launcher_with(tmp_path, "        where = context or _DEFAULT[0]\n")
+    assert launcher.where_name == "where"
+
+
+def test_a_default_outside_the_four_is_refused_naming_the_option(tmp_path):
+    with pytest.raises(TypeError, match=r"the default 'optional' of launch option 'context'"):
+        _launcher_with(tmp_path, "        where = context\n", defaults=("required", "optional"))
+
+
+# -- public semantics only ----------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+INTERNALS = re.compile(r"ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags")
+#: where the package may use ctypes, each file saying why in a comment: the CUDA parameter
+#: buffers (the driver takes a void** of argument addresses) and the command line's renameat2
+CTYPES_ALLOWED = ("specializer/backends/cuda/_params.py", "specializer/__main__.py")
+
+
+def test_the_package_reaches_into_no_interpreter_internals():
+    # `grep -rnE "ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags" specializer/`
+    hits = []
+    for path in sorted((ROOT / "specializer").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if INTERNALS.search(line) and rel not in CTYPES_ALLOWED:
+                hits.append(f"{rel}:{n}: {line.strip()}")
+    assert not hits, "interpreter internals used:\n" + "\n".join(hits)
+    for rel in CTYPES_ALLOWED:
+        text = (ROOT / rel).read_text()
+        assert INTERNALS.findall(text) and set(INTERNALS.findall(text)) == {"ctypes"}, rel
+        why = [ln for ln in text.splitlines() if "ctypes" in ln and ("#" in ln or "why" in ln)]
+        assert why, f"{rel} uses ctypes without a comment saying why"
+
+
+@pytest.mark.parametrize("make", [list, collections.UserList, collections.deque])
+def test_cuda_compiler_kwargs_in_a_mutable_sequence_are_frozen_into_the_lookup_key(make):
+    from specializer.backends.cuda import _launch
+
+    options = make(["-DV=1"])
+    key = _launch._kwkey({"options": options})
+    options[0] = "-DV=2"
+    assert key == (("options", ("-DV=1",)),)
+    assert hash(key) == hash((("options", ("-DV=1",)),))
+
+
+def test_compiler_kwargs_in_a_dict_edited_in_place_look_up_anew():
+    # A front entry keeps a private copy: the user's dict, edited, compares unequal to it.
+    from pybackend import py
+
+    @py.kernel
+    def put_defined(x: py.Array[np.int64]) -> str:
+        return "def put_defined(i, x): x[i] = VALUE"
+
+    x = np.zeros(2, np.int64)
+    defines = {"VALUE": 1}
+    py.launch(put_defined, x, size=2, defines=defines)
+    py.launch(put_defined, x, size=2, defines=defines)
+    assert x.tolist() == [1, 1]
+    defines["VALUE"] = 2
+    py.launch(put_defined, x, size=2, defines=defines)
+    assert x.tolist() == [2, 2]
+    py.launch(put_defined, x, size=2, defines={"VALUE": np.int64(3)})
+    py.launch(put_defined, x, size=2, defines={"VALUE": np.int64(3)})
+    assert x.tolist() == [3, 3]

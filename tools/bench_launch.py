@@ -13,7 +13,7 @@ every loop calls ``queue.finish()`` every 100 launches:
 - pyopencl typed: ``knl(queue, (1,), None, x.data, b)`` after
   ``knl.set_scalar_arg_dtypes([None, np.float32])``: the baseline, 1.00;
 - pyopencl untyped: the same call without ``set_scalar_arg_dtypes`` (the old comparison);
-- the floor: the arguments set once, ``pyopencl._cl.enqueue_nd_range_kernel(queue, knl, (1,),
+- the floor: the arguments set once, ``pyopencl.enqueue_nd_range_kernel(queue, knl, (1,),
   None)`` only;
 - the argument kinds ``cl.Buffer``, ``cl.LocalMemory``, ``np.int32`` (weak): ``launch(kk, buf,
   pyopencl.LocalMemory(64), 1, global_size=1)`` against typed pyopencl with the same arguments.
@@ -26,10 +26,13 @@ Two columns per launch, both less an empty loop's (the same ``finish()`` every 1
 - per-thread CPU time (``time.thread_time_ns``), the median of interleaved rounds in rotating
   order;
 
-each as a ratio to typed pyopencl, then the performance bars of issue 10: ``launch`` at most
-0.9x typed pyopencl's instructions and 1.0x its CPU time, a HostKernel call at most 0.85x, a
-launch with build options the same as one without. Every variant's launches are checked to
-have run: its array's value counts them.
+each as a ratio to typed pyopencl, then the performance bars of issue 17, in host
+instructions: ``launch`` at most 1.15x typed pyopencl on CPython 3.10, 0.90x on 3.11, 0.95x on
+3.12 and 3.13; a HostKernel call at most 0.95x on 3.10 and 3.11 (where a subclass of
+``functools.partial`` has no vectorcall path), 0.85x on 3.12 and 3.13; five contexts in turn at
+most 1.5x one; and of issue 10: ``launch`` at most 1.0x typed pyopencl's CPU time, a launch with
+build options the same as one without. Every variant's launches are checked to have run: its
+array's value counts them.
 
 Run: ``python tools/bench_launch.py`` (a couple of minutes on two cores, most of it starting
 pyopencl and PoCL under callgrind); ``--python PATH`` runs it all under another interpreter
@@ -51,7 +54,6 @@ import warnings
 
 import numpy as np
 import pyopencl
-import pyopencl._cl as _cl
 import pyopencl.array as cla
 from callgrind import thread_dumps  # tools/callgrind.py, beside this script
 
@@ -97,7 +99,8 @@ ROWS = {  # key: the label in the table
     BASELINE: "pyopencl typed: `knl(queue, (1,), None, x.data, b)` after "
     "`knl.set_scalar_arg_dtypes([None, np.float32])`",
     "pyopencl untyped": "pyopencl untyped: the same without `set_scalar_arg_dtypes`",
-    "floor": "floor: arguments set once, `_cl.enqueue_nd_range_kernel(queue, knl, (1,), None)`",
+    "floor": "floor: arguments set once, "
+    "`pyopencl.enqueue_nd_range_kernel(queue, knl, (1,), None)`",
     "kinds launch": "`launch(kk, buf, pyopencl.LocalMemory(64), 1, global_size=1)` "
     "(`cl.Buffer`, `cl.LocalMemory`, `np.int32`)",
     "kinds pyopencl": "pyopencl typed, the same arguments: `kk(queue, (1,), None, buf, loc, 1)` "
@@ -217,7 +220,7 @@ def _setup() -> tuple[pyopencl.CommandQueue, dict[str, Variant]]:
     x_floor = array()
     floor_knl = pyopencl.Kernel(program, "k")
     floor_knl.set_args(x_floor.data, b)
-    enqueue = _cl.enqueue_nd_range_kernel
+    enqueue = pyopencl.enqueue_nd_range_kernel
 
     def floor_loop(n):
         for i in range(n):
@@ -428,14 +431,19 @@ def main() -> int:
     def fmt(r: float | None, bar) -> str:
         return "not measured" if r is None else bar(r)
 
-    print("\nbars (issue 10):")
+    v = sys.version_info[:2]
+    launch_bar = 1.15 if v <= (3, 10) else 0.90 if v == (3, 11) else 0.95
+    host_bar = 0.95 if v <= (3, 11) else 0.85
+    print(f"\nbars (issue 17, CPython {v[0]}.{v[1]}; issue 10 for CPU time and options):")
     r_i, r_c = ratio("launch", BASELINE)
-    print(f"  launch / typed pyopencl, host instructions: {fmt(r_i, lambda r: _bar(r, 0.9))}")
+    print(
+        f"  launch / typed pyopencl, host instructions: {fmt(r_i, lambda r: _bar(r, launch_bar))}"
+    )
     print(f"  launch / typed pyopencl, thread CPU time: {_bar(r_c, 1.0)}")
     r_i, r_c = ratio("hostkernel", BASELINE)
     print(
         "  HostKernel call / typed pyopencl, host instructions: "
-        f"{fmt(r_i, lambda r: _bar(r, 0.85))}"
+        f"{fmt(r_i, lambda r: _bar(r, host_bar))}"
     )
     print(f"  HostKernel call / typed pyopencl, thread CPU time: {r_c:.3f}")
     r_i, r_c = ratio("options", "launch")
@@ -444,7 +452,7 @@ def main() -> int:
     r_i, r_c = ratio("five contexts", "launch")
     print(
         "  five contexts in turn / one context, host instructions: "
-        f"{fmt(r_i, lambda r: _bar(r, 1.5))} (issue 11)"
+        f"{fmt(r_i, lambda r: _bar(r, 1.5))}"
     )
     r_i, r_c = ratio("kinds launch", "kinds pyopencl")
     print(

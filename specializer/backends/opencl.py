@@ -22,17 +22,19 @@ are of the queue's context, and, when a kernel is linked, each kernel parameter'
 device reports it (kernel argument info) against the method's argument type.
 
 Design notes on the launch path. pyopencl's ``Kernel.set_arg`` on a numpy scalar tries several
-casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (raw bytes:
-a numpy scalar's own, or for a Python scalar the bytes ``struct`` packs into the declared C
+casts before it takes raw bytes; the launch path sets scalars with ``_set_arg_buf`` (a private
+pyopencl attribute, like each one used, in :mod:`specializer.backends._pyopencl_private`; raw
+bytes: a numpy scalar's own, or for a Python scalar the bytes ``struct`` packs into the declared C
 type) and buffers with ``set_arg``, then calls ``enqueue_nd_range_kernel`` directly. Setting
 the arguments and enqueueing are two steps that another thread must not interleave: each
 launch takes a kernel object from its linked kernel's pool (``list.pop``, atomic under the GIL
 and per-object locks alike) and gives it back after the enqueue, so concurrent launches use
 different kernel objects, without a lock; a pool grows only to the number of launches ever in
-flight at once. Each kernel object remembers the value last set at each index, and an argument
-that is that very object (a buffer handle or an immutable scalar) is not set again. It keeps
-those values referenced until they are replaced, so a buffer stays allocated until the kernel
-object is launched with another one (or the kernel is released).
+flight at once. Each kernel object's record says what is set at each index without holding a
+user's buffer, array or image (a weak reference to the array, the immutable scalar; a raw
+buffer or an image is set on every launch), and is cleared before an argument is set and
+stored after, so an interrupted launch never leaves it naming a value that is not set
+(``templates/opencl_entry.py.j2`` has the details).
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ from typing import Any
 
 import numpy as np
 import pyopencl as cl
-import pyopencl._cl as _cl
 import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
@@ -63,6 +64,7 @@ from ..kernels import (
     unsupported_argument,
 )
 from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
+from . import _pyopencl_private as _private
 
 __all__ = [
     "BACKEND",
@@ -140,15 +142,15 @@ _CONCRETE = frozenset(np.sctypeDict.values())
 _BY_CLASS: dict[type, type] = {
     **{t: t for t in SCALAR_TYPES.values() if t in _CONCRETE},
     **WEAK,
-    _cl.Buffer: Buffer,
-    _cl.LocalMemory: LocalMemory,
-    _cl.Sampler: Sampler,
-    _cl.Image: Image,
+    cl.Buffer: Buffer,
+    cl.LocalMemory: LocalMemory,
+    cl.Sampler: Sampler,
+    cl.Image: Image,
 }
 #: argument type -> the value class its guard checks, where that is not the type itself
 _GUARD_CLASS: dict[type, type] = {
-    t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not _cl.Image
-} | {Image: _cl.Image}
+    t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not cl.Image
+} | {Image: cl.Image}
 _array_types: dict[np.dtype, type[DeviceArray]] = {}
 
 
@@ -219,8 +221,8 @@ def typeof(value: Any) -> type:
         base = _scalar_base(value.__class__)
         if base is not None:
             return base
-    if isinstance(value, _cl.MemoryObjectHolder):  # a sub-buffer, a pooled buffer, ...
-        return Image if isinstance(value, _cl.Image) else Buffer
+    if isinstance(value, cl.MemoryObjectHolder):  # a sub-buffer, a pooled buffer, ...
+        return Image if isinstance(value, cl.Image) else Buffer
     for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
         if isinstance(value, py):
             return WEAK[py]
@@ -324,7 +326,12 @@ class OpenCLSource:
     source: str
 
 
-_UNSET = object()  # the last value set at an index of a fresh kernel object: nothing is
+_UNSET = object()  # no global_size is this object
+
+
+def _nothing() -> None:
+    """What a pool record holds at an index where nothing is known to be set: calling it, as
+    the check of an array's weak reference does, gives no array."""
 
 
 class LinkedKernel:
@@ -367,27 +374,22 @@ class LinkedKernel:
         self.source = source
         self.params = _param_names(source, name)
         self.bound: dict[tuple[type, ...], Any] = {}
-        self.pool: list[list[Any]] = [self._record(kernel)]
+        # Launches use kernel objects of their own: ``kernel`` is the user's to inspect.
+        self.pool: list[list[Any]] = [self.new_record()]
 
     @property
     def context(self) -> cl.Context | None:
         """The context it was built in (``None`` once the user dropped that context)."""
         return self.ck.context()
 
-    def _record(self, knl: Any) -> list[Any]:
-        return [knl.set_arg, getattr(knl, _SET_BUF), knl, *([_UNSET] * len(self.tt))]
-
     def new_record(self) -> list[Any]:
-        """A pool record with a new kernel object (for a launch while all are in use)."""
-        return self._record(_cl.Kernel(self.program, self.name))
+        """A pool record with a new kernel object: ``[set_arg, set_buf, kernel, <nothing set
+        at each index>]`` (see ``templates/opencl_entry.py.j2``)."""
+        knl = cl.Kernel(self.program, self.name)
+        return [knl.set_arg, _private.set_arg_buf(knl), knl, *([_nothing] * len(self.tt))]
 
     def __repr__(self) -> str:
         return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
-
-
-# Scalars go in as raw bytes; pyopencl's private _set_arg_buf skips set_arg's failing casts.
-# Should a future pyopencl drop it, set_arg takes the same bytes (correct, only slower).
-_SET_BUF = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg"
 
 
 def _param_names(source: str, name: str) -> list[str]:
@@ -458,7 +460,7 @@ def _failed(
                     f"{v!r} does not fit {type_name(t)}{span}, the type of {_describe(linked, i)}"
                 ) from None
     if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
-        probe = _cl.Kernel(linked.program, linked.name)
+        probe = cl.Kernel(linked.program, linked.name)
         for i, (t, v) in enumerate(zip(linked.tt, values)):
             try:
                 _set_one(probe, i, t, v)
@@ -475,9 +477,9 @@ def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
     if isinstance(v, cla.Array):
         knl.set_arg(i, v.base_data)
     elif isinstance(v, (int, float)) and not isinstance(v, np.generic):
-        knl._set_arg_buf(i, _packer(t)(v))
+        _private.set_arg_buf(knl)(i, _packer(t)(v))
     elif isinstance(v, (np.generic, np.ndarray)):
-        knl._set_arg_buf(i, v)
+        _private.set_arg_buf(knl)(i, v)
     else:
         knl.set_arg(i, v)
 
@@ -485,7 +487,7 @@ def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
     # A source build (PoCL's path) keeps the failed program, whose log is the compiler's
     # text alone; otherwise pyopencl's message carries the log.
-    built = getattr(program, "_prg", None)
+    built = program
     if built is not None:
         logs = []
         for dev in context.devices:
@@ -626,7 +628,7 @@ class OpenCLBackend(Backend):
                 f"(build options: {' '.join(options) or 'none'}):\n{log}{_callee_hint(log)}\n"
                 f"--- its source (the callees', then the kernel's) ---\n{_numbered(source)}"
             ) from None
-        raw = program._get_prg()
+        raw = _private.raw_program(program)
         built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
         with _programs_lock:
             built = table.setdefault(key, built)
@@ -641,7 +643,7 @@ class OpenCLBackend(Backend):
         signature = launching.signature(job.name, job.mi.tt)
         built = self._build(job, artifact.source, ctx)
         try:
-            knl = _cl.Kernel(built.program, job.name)
+            knl = cl.Kernel(built.program, job.name)
         except cl.Error:
             raise CompileError(
                 f"the source of OpenCL kernel {signature} defines no __kernel named "
@@ -1032,8 +1034,8 @@ class HostKernel(launching.HostKernel):
 
     @property
     def kernel(self) -> Any:
-        """The ``pyopencl.Kernel`` the first launch uses (each concurrent launch takes one of
-        its own from the linked kernel's pool)."""
+        """A ``pyopencl.Kernel`` of this kernel, to inspect (launches set the arguments of
+        kernel objects of their own, from the linked kernel's pool)."""
         return self.linked.kernel
 
     @property
@@ -1080,9 +1082,6 @@ class _OpenCLLauncher(launching.Launcher):
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
 
-    def current_where(self, where_opt: Any) -> Any:
-        return _DEFAULT[0] if where_opt is None else where_opt
-
     def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
         key = _key(where)
         return (key[0], _build_options(kw)) if kw else key
@@ -1102,18 +1101,22 @@ class _OpenCLLauncher(launching.Launcher):
     ) -> tuple[list[str], list[str], dict[str, Any]]:
         namespace: dict[str, Any] = {
             "_DEFAULT": _DEFAULT,
-            "_enqueue": _cl.enqueue_nd_range_kernel,
+            "_enqueue": cl.enqueue_nd_range_kernel,
             "_sizes": _sizes,
             "_same_context": _same_context,
             "_bad_array": _bad_array,
             "_failed": _failed,
             "_FAILURES": _FAILURES,
             "_LAST_SIZE": [(_UNSET,)],  # no global_size is that object
+            "_nothing": _nothing,
+            "_ref": weakref.ref,
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):
             if issubclass(t, Array):
                 kinds.append("array")
+            elif issubclass(t, (LocalMemory, Sampler)):
+                kinds.append("held")
             elif issubclass(t, _ArgType):
                 kinds.append("object")
             elif issubclass(t, Struct):
@@ -1166,8 +1169,8 @@ def clfunction(
     The lookup (dispatch in the task's world, the compiled-code cache, the kernel for the
     context) runs through ``cached_lookup`` with key (context, build options); a hit takes no
     lock and hashes nothing. ``tt`` excludes a kernel instance's captured values; Python
-    ``int``/``float``/``bool`` in it stand for the weak types. Looking up a plain kernel again
-    returns the same HostKernel while the lookup's result is the same.
+    ``int``/``float``/``bool`` in it stand for the weak types. Each call returns a new
+    HostKernel of the cached result (nothing else is kept).
     """
     return _launcher.function(f, tt, queue, compiler_kwargs)
 

@@ -11,7 +11,8 @@ arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunc
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections import deque
+from collections.abc import Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,15 +80,20 @@ LAUNCH_OPTIONS = ("grid", "block", "stream", "shared_mem", "cooperative")
 
 
 def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """Compiler kwargs as a key: sorted pairs, lists frozen so a later mutation cannot
-    change what a cached entry means; unknown ones refused, naming every option."""
+    """Compiler kwargs as a key: sorted pairs, sequences (a list, a ``UserList``, a ``deque``)
+    frozen to tuples so a later mutation cannot change what a cached entry means; unknown
+    ones refused, naming every option."""
     unknown = sorted(set(kwargs) - set(COMPILER_KWARGS))
     if unknown:
         raise TypeError(
             f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
             f"{', '.join(LAUNCH_OPTIONS)}; compiler options are {', '.join(COMPILER_KWARGS)}"
         )
-    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()))
+    return tuple(sorted((k, _frozen(v)) for k, v in kwargs.items()))
+
+
+def _frozen(v: Any) -> Any:
+    return tuple(v) if isinstance(v, (Sequence, deque)) and not isinstance(v, (str, bytes)) else v
 
 
 def _pointer(linked: LinkedKernel, i: int, a: Any) -> int:
@@ -167,9 +173,6 @@ class _CUDALauncher(launching.Launcher):
 
     def resolve_where(self, where_opt: Any) -> Any:
         return local.key or current_key()
-
-    def current_where(self, where_opt: Any) -> Any:
-        return local.key
 
     def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
         return (where[0], _kwkey(kw)) if kw else where

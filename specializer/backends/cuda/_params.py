@@ -19,7 +19,7 @@ other); the pool holds as many buffers as launches of that signature ever ran at
 
 from __future__ import annotations
 
-import ctypes
+import ctypes  # the buffer cuLaunchKernel reads: C structs and a void* array, no interpreter
 import functools
 import operator
 import threading

@@ -1,0 +1,61 @@
+"""The private pyopencl attribute the OpenCL back-end uses still does what it was checked to do.
+
+When one of these fails after a pyopencl upgrade, see specializer/backends/_pyopencl_private.py:
+the attribute changed; check it against the new release and add that release to CHECKED, or
+drop the attribute (the back-end then takes the public path, slower).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyopencl
+import pyopencl.array as cla
+import pytest
+
+from specializer.backends import _pyopencl_private as private
+from specializer.backends import opencl as cl
+
+
+def _changed(what: str) -> str:
+    return (
+        f"pyopencl {pyopencl.VERSION_TEXT} changed {what}, which "
+        f"specializer/backends/_pyopencl_private.py was checked to use with pyopencl "
+        f"{', '.join(private.CHECKED)}"
+    )
+
+
+def test_kernel_set_arg_buf_still_sets_an_arguments_raw_bytes():
+    queue = cl.default_queue()
+    program = pyopencl.Program(
+        queue.context, "__kernel void k(__global float *x, float v, int n) { x[0] = v + n; }"
+    ).build()
+    knl = pyopencl.Kernel(program, "k")
+    assert private.SET_ARG_BUF == "_set_arg_buf", _changed("Kernel._set_arg_buf (it is gone)")
+    x = cla.zeros(queue, 1, np.float32)
+    knl.set_arg(0, x.base_data)
+    try:
+        private.set_arg_buf(knl)(1, np.float32(2.5))
+        private.set_arg_buf(knl)(2, np.int32(4).tobytes())
+        pyopencl.enqueue_nd_range_kernel(queue, knl, (1,), None)
+    except Exception as e:  # pragma: no cover - only on a changed release
+        pytest.fail(_changed(f"Kernel._set_arg_buf (it raised {e!r})"))
+    assert x.get()[0] == 6.5, _changed("Kernel._set_arg_buf (it set other bytes)")
+
+
+def test_the_checked_releases_include_the_installed_one():
+    assert pyopencl.VERSION_TEXT in private.CHECKED, (
+        f"pyopencl {pyopencl.VERSION_TEXT} is installed, but specializer/backends/"
+        f"_pyopencl_private.py was checked against {', '.join(private.CHECKED)} only: run "
+        "tests/test_pyopencl_private.py and tools/bench_launch.py, then add the release to CHECKED"
+    )
+
+
+def test_program_get_prg_still_gives_the_built_program_without_its_context():
+    queue = cl.default_queue()
+    program = pyopencl.Program(queue.context, "__kernel void k(__global float *x) { }").build()
+    try:
+        raw = private.raw_program(program)
+    except AttributeError:  # pragma: no cover - only on a changed release
+        pytest.fail(_changed("Program._get_prg (it is gone)"))
+    assert raw.get_info(pyopencl.program_info.KERNEL_NAMES) == "k", _changed("Program._get_prg")
+    assert not isinstance(raw, pyopencl.Program), _changed("Program._get_prg (it is the wrapper)")
