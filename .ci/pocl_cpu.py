@@ -61,11 +61,11 @@ def _vaddr(segments: list[tuple[int, int, int]], offset: int) -> int:
 
 
 def patch(path: str) -> None:
-    data = bytearray(open(path, "rb").read())
+    with open(path, "rb") as f:
+        data = bytearray(f.read())
     if data[:4] != b"\x7fELF":
         raise SystemExit(f"{path}: not an ELF file")
     segs = _segments(bytes(data))
-    call = data.find(_CALL + b"")
     starts = []
     at = 0
     while (at := data.find(_CALL, at)) != -1:

@@ -1142,7 +1142,7 @@ def _check_contexts(queue: cl.CommandQueue, f: Any, args: tuple[Any, ...]) -> No
     captured = f.values if isinstance(f, KernelInstance) else ()
     for what, values in (("captured value", captured), ("argument", args)):
         for i, v in enumerate(values):
-            if not isinstance(v, (cla.Array, _cl.MemoryObjectHolder, _cl.Sampler)):
+            if not isinstance(v, (cla.Array, cl.MemoryObjectHolder, cl.Sampler)):
                 continue
             try:
                 other = v.context
