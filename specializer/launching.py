@@ -147,7 +147,7 @@ def signature(name: str, tt: Iterable[type]) -> str:
     return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
-class HostKernel(functools.partial):
+class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the call's result
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
@@ -358,7 +358,8 @@ class Launcher:
             b = linked.bound.setdefault(
                 (tt, instance), factory(linked, self.miss, self.mismatch, self.unknown)
             )
-        return b
+        bound: tuple[Callable[..., Any], ...] = b
+        return bound
 
     def _factory(
         self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
@@ -427,7 +428,7 @@ class Launcher:
             "attr": self.front_attr,
         }
 
-    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict) -> Any:
+    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         """A launch that its front entry does not hold: type the arguments, look up, publish
         a new front entry, launch. ``opts`` are the launch options, then the lifted compiler
         kwargs (``NOTHING`` where not given)."""
@@ -448,7 +449,7 @@ class Launcher:
         self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
 
-    def _publish(self, F: Any, w: Any, where: Any, kw: dict, front: Any) -> None:
+    def _publish(self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any) -> None:
         # Only for the world the lookup ran in, and only if that is still the latest world:
         # not while a pin, a hook or precompile mode is on (w is None then, or WORLD[0] is by
         # now), nor when a definition raised the world during the lookup.
@@ -481,7 +482,7 @@ class Launcher:
         table = d.get(name)
         if table is None and make:
             table = d.setdefault(name, {})
-        return table
+        return table if isinstance(table, dict) else None
 
     def _make_other(self) -> Callable[[Any, Any], Any]:
         """``other(F, where)``: the front entry ``F`` was published for ``where`` (not its

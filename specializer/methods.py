@@ -18,7 +18,7 @@ import inspect
 import operator
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 from . import world as _world
 from .types import WeakScalar, is_subtype, public_module, resolve_weak, type_name
@@ -44,7 +44,7 @@ class AmbiguityError(MethodError):
 _WEAK_META = type(WeakScalar)
 
 
-def _is_weak(t: object) -> bool:
+def _is_weak(t: object) -> TypeGuard[type[WeakScalar]]:
     """Whether ``t`` is a weak scalar type (``Weak[int]``, ``Weak[float]``, ``Weak[bool]``)."""
     return type(t) is _WEAK_META and t is not WeakScalar
 
@@ -613,7 +613,7 @@ def _newest_first(e: _Dispatch) -> int:
 
 
 def _weak_hint(tt: tuple[type, ...]) -> str:
-    kinds = {t: None for t in tt if _is_weak(t)}
+    kinds = [t for t in dict.fromkeys(tt) if _is_weak(t)]
     if not kinds:
         return ""
     said = "; ".join(

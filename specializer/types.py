@@ -18,7 +18,7 @@ from __future__ import annotations
 import copyreg
 import operator
 import threading
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -70,9 +70,9 @@ class _ArrayMeta(type):
     two struct layouts are two types, both below ``Family[np.void]``."""
 
     def __getitem__(cls, eltype: Any) -> type[DeviceArray]:
-        family = cls._family_root
+        family: type[DeviceArray] = cls._family_root  # type: ignore[attr-defined]
         whole = _whole_dtype(eltype)
-        t = whole if whole is not None else _scalar_type(eltype)
+        t: Any = whole if whole is not None else _scalar_type(eltype)
         cached = family._interned.get(t)
         if cached is not None:
             return cached
@@ -91,7 +91,8 @@ class _ArrayMeta(type):
                 bases = tuple(family[b] for b in parents) or (family,)
                 ns = {"eltype": t, "__module__": family.__module__}
                 name = f"{family.__name__}[{type_name(t)}]"
-            cls_ = _ArrayMeta(name, bases, ns)
+            # An _ArrayMeta instance whose bases are the family's classes: a DeviceArray class.
+            cls_ = cast("type[DeviceArray]", _ArrayMeta(name, bases, ns))
             family._interned[t] = cls_
             return cls_
 
@@ -108,8 +109,8 @@ class DeviceArray(metaclass=_ArrayMeta):
     """
 
     eltype: ClassVar[type[np.generic] | None] = None
-    _interned: ClassVar[dict[type, type]]
-    _family_root: ClassVar[type]
+    _interned: ClassVar[dict[Any, type[DeviceArray]]]
+    _family_root: ClassVar[type[DeviceArray]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -129,7 +130,7 @@ class DeviceArray(metaclass=_ArrayMeta):
         raise TypeError(f"{cls.__name__} is a kernel argument type, not an array to create")
 
 
-def _dtype_property(cls: type) -> np.dtype | None:
+def _dtype_property(cls: type[DeviceArray]) -> np.dtype | None:
     return cls._dtype()
 
 
@@ -158,7 +159,9 @@ class _StructMeta(type):
             cached = _structs.get(dt)
             if cached is None:
                 ns = {"dtype": dt, "__module__": __name__}
-                cached = _structs[dt] = _StructMeta(f"Struct[{dt}]", (Struct,), ns)
+                # an _StructMeta instance with Struct as its base: a Struct class
+                cached = cast("type[Struct]", _StructMeta(f"Struct[{dt}]", (Struct,), ns))
+                _structs[dt] = cached
             return cached
 
     def __repr__(cls) -> str:
@@ -218,9 +221,10 @@ class WeakScalar(metaclass=_WeakMeta):
 _CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
 
 
-def _weak(pytype: type, default: type[np.generic], family: type[np.generic]) -> type[WeakScalar]:
+def _weak(pytype: type, default: type[np.generic], family: type[Any]) -> type[WeakScalar]:
     ns = {"pytype": pytype, "default": default, "family": family, "__module__": __name__}
-    return _WeakMeta(f"Weak[{pytype.__name__}]", (WeakScalar,), ns)
+    # an _WeakMeta instance with WeakScalar as its base: a WeakScalar class
+    return cast("type[WeakScalar]", _WeakMeta(f"Weak[{pytype.__name__}]", (WeakScalar,), ns))
 
 
 #: Python scalar type -> its weak argument type.
@@ -244,7 +248,8 @@ def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
         return operator.getitem, (Struct, cls.dtype)
     if issubclass(meta, _WeakMeta) and cls is not WeakScalar:
         return operator.getitem, (WeakScalar, cls.pytype)
-    return cls.__qualname__  # a root: the class its module defines
+    name: str = cls.__qualname__
+    return name  # a root: the class its module defines
 
 
 # A metaclass's own __reduce__ is not asked (pickle saves any class as a global): the
@@ -287,7 +292,7 @@ def type_name(t: Any) -> str:
     """A short readable name for a type in messages: ``np.float32``, ``Array[np.float32]``."""
     if isinstance(t, type):
         short = t.__dict__.get("__argtype_name__")
-        if short is not None:  # a back-end's own argument type: cl.Buffer is "Buffer"
+        if isinstance(short, str):  # a back-end's own argument type: cl.Buffer is "Buffer"
             return short
         if isinstance(t, (_ArrayMeta, _WeakMeta, _StructMeta)):
             return t.__name__
