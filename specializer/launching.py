@@ -126,6 +126,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
@@ -231,7 +232,7 @@ class Launcher:
         self._check_backend()
         definitions.kernel_slots(self.front_attr)
         self.other = self._make_other()
-        self._used = False  # by this process: a fork of it may not use it (see _check_fork)
+        self._user: int | None = None  # the process that used it: a fork may not (_check_fork)
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
             "launch.py.j2",
@@ -518,13 +519,14 @@ class Launcher:
 
     def _check_fork(self) -> None:
         # A fork of a process that used this back-end must not touch its contexts (a launch
-        # would hang); every lookup misses in a fork (WORLD[0] is None there), so checking on
-        # the miss is enough. A fork of a process that never used it may.
-        if self._used:
-            if _world.forked():
-                _world.check_fork(f"specializer's {self.name} back-end")
-        else:
-            self._used = True
+        # would hang). Everything cached misses once in a fork (it has a world of its own),
+        # so checking on the miss is enough. A fork of a process that never used it may, and
+        # is then the process that uses it.
+        pid = os.getpid()
+        if self._user is None:
+            self._user = pid
+        elif self._user != pid:
+            _world.check_fork(f"specializer's {self.name} back-end")
 
     def unknown(self, kw: dict[str, Any]) -> None:
         """A HostKernel call given keywords that are not launch options: say which are."""

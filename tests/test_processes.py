@@ -150,3 +150,49 @@ def test_a_fork_after_launches_gets_a_clear_error_instead_of_hanging():
     message = parent.recv()
     p.join(30)
     assert "forked" in message and "'spawn' start method" in message, message
+
+
+FORK_BEFORE_ANY_LAUNCH = r"""
+import os, sys
+import numpy as np
+import pyopencl.array as cla
+from specializer import compile_count
+from specializer.backends import opencl as cl
+
+@cl.kernel
+def fill_forked(x: cl.Array[np.number], v: np.number) -> str:
+    return f'''__kernel void fill_forked(__global {cl.ctype(x.dtype)} *x, {cl.ctype(v)} v) {{
+                   x[get_global_id(0)] = v; }}'''
+
+pid = os.fork()  # defined, never launched: the child may use the back-end fully
+if pid == 0:
+    code = 1
+    try:
+        q = cl.default_queue()
+        xs = [cla.zeros(q, 4, np.float32), cla.zeros(q, 4, np.int32)]
+        for i in range(6):  # two signatures, each launched three times
+            x = xs[i % 2]
+            cl.launch(fill_forked, x, x.dtype.type(i), global_size=4)
+        after = compile_count()
+        for i in range(4):
+            cl.launch(fill_forked, xs[0], np.float32(7), global_size=4)
+        ok = xs[0].get().tolist() == [7] * 4 and xs[1].get().tolist() == [5] * 4
+        print("child", ok, compile_count() == after, flush=True)
+        code = 0
+    finally:
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_process_forked_before_it_launched_anything_works_fully_in_the_child():
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, "-c", FORK_BEFORE_ANY_LAUNCH], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "child True True"  # right results; later launches compile nothing
