@@ -211,14 +211,29 @@ def render(template: str, **params: Any) -> str:
 _MAX_RENDER = 1 << 22
 
 
-_IDENTITY: list[str] = []
+#: (the template files' names, sizes and modification times, the digest of their contents)
+_IDENTITY: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
 
 
 def _templates_identity() -> str:
     """A digest of every template file that can be found and of Jinja's own files: a render
-    kept on disk is used only while all of them are the same."""
-    if _IDENTITY:
-        return _IDENTITY[0]
+    kept on disk is used only while all of them are the same. The files are looked at on
+    every render (a template edited while the process runs renders anew); their contents
+    are read again only when one changed."""
+    files = [f for d in _search_path for f in sorted(Path(d).glob("*.j2"))]
+    stats = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
+    if _IDENTITY and _IDENTITY[0][0] == stats:
+        return _IDENTITY[0][1]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f"{f.name}\0".encode() + f.read_bytes() + b"\0")
+    spec = importlib.util.find_spec("jinja2")
+    origin = Path(spec.origin) if spec and spec.origin else None
+    if origin is not None:
+        st = origin.stat()
+        h.update(f"{origin}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    _IDENTITY[:] = [(stats, h.hexdigest())]
+    return h.hexdigest()
     with _lock:
         h = hashlib.sha256()
         for d in _search_path:

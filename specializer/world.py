@@ -368,7 +368,7 @@ def bypassing() -> bool:
     precompile-output mode is on."""
     state = STATE
     if not state.blocks:
-        return state.precompile
+        return _precompiling(state)
     return _precompiling(state) or any(b.kind == "hook" for b in _active(state))
 
 

@@ -250,8 +250,13 @@ def test_a_default_outside_the_four_is_refused_naming_the_option(tmp_path):
 ROOT = Path(__file__).resolve().parent.parent
 INTERNALS = re.compile(r"ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags")
 #: where the package may use ctypes, each file saying why in a comment: the CUDA parameter
-#: buffers (the driver takes a void** of argument addresses) and the command line's renameat2
-CTYPES_ALLOWED = ("specializer/backends/cuda/_params.py", "specializer/__main__.py")
+#: buffers (the driver takes a void** of argument addresses; _types gives each parameter's C
+#: type) and the command line's renameat2
+CTYPES_ALLOWED = (
+    "specializer/backends/cuda/_params.py",
+    "specializer/backends/cuda/_types.py",
+    "specializer/__main__.py",
+)
 
 
 def test_the_package_reaches_into_no_interpreter_internals():
@@ -285,7 +290,7 @@ def test_compiler_kwargs_in_a_dict_edited_in_place_look_up_anew():
     # A front entry keeps a private copy: the user's dict, edited, compares unequal to it.
     from pybackend import py
 
-    @py.kernel
+    @py.kernel(localns=locals())  # string annotations naming this function's `py`
     def put_defined(x: py.Array[np.int64]) -> str:
         return "def put_defined(i, x): x[i] = VALUE"
 

@@ -245,7 +245,10 @@ class CuArray:
             )
         if self.nbytes:
             with pushed(self._context()):
-                check(driver.cuMemcpyHtoD(self.ptr, a.ctypes.data, self.nbytes), "cuMemcpyHtoD")
+                check(
+                    driver.cuMemcpyHtoD(self.ptr, a.__array_interface__["data"][0], self.nbytes),
+                    "cuMemcpyHtoD",
+                )
 
     def get(self) -> np.ndarray:
         """A numpy copy, after the work queued in the array's context has finished."""
@@ -253,7 +256,10 @@ class CuArray:
         if self.nbytes:
             with pushed(self._context()):
                 check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-                check(driver.cuMemcpyDtoH(out.ctypes.data, self.ptr, self.nbytes), "cuMemcpyDtoH")
+                check(
+                    driver.cuMemcpyDtoH(out.__array_interface__["data"][0], self.ptr, self.nbytes),
+                    "cuMemcpyDtoH",
+                )
         return out
 
     def _context(self) -> Context:

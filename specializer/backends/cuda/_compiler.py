@@ -733,8 +733,22 @@ def kernel_names(source: str) -> list[str]:
 _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
 _programs_lock = threading.Lock()
+
+
+def _host_address(a: np.ndarray) -> int:
+    """The address of a contiguous numpy array's data (its array interface)."""
+    address: int = a.__array_interface__["data"][0]
+    return address
+
+
+def _fresh_lock() -> None:
+    # In a forked child: a thread of the parent may have held it, and it is not there.
+    global _programs_lock
+    _programs_lock = threading.Lock()
+
+
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_programs_lock._at_fork_reinit)
+    os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def _program_key(p: _Program, included: str) -> str:
@@ -968,7 +982,7 @@ class LinkedKernel:
             with pushed(self.context):
                 check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
                 check(
-                    driver.cuMemcpyHtoD(ptr, a.ctypes.data, size),
+                    driver.cuMemcpyHtoD(ptr, _host_address(a), size),
                     "cuMemcpyHtoD",
                     f"copying {size} bytes into global {name!r} of kernel {self.name}",
                 )
@@ -996,7 +1010,7 @@ class LinkedKernel:
             with pushed(self.context):
                 check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
                 check(
-                    driver.cuMemcpyDtoH(out.ctypes.data, ptr, size),
+                    driver.cuMemcpyDtoH(_host_address(out), ptr, size),
                     "cuMemcpyDtoH",
                     f"copying global {name!r} of kernel {self.name}",
                 )

@@ -7,7 +7,7 @@ or numpy scalar, a :class:`CuArray`) are one dict lookup or one class check.
 
 from __future__ import annotations
 
-import ctypes
+import ctypes  # the kernel parameters' C types: how the parameter buffers lay them out
 from typing import Any
 
 import numpy as np
