@@ -31,8 +31,8 @@ instructions: ``launch`` at most 1.15x typed pyopencl on CPython 3.10, 0.90x on 
 3.12 and 3.13; a HostKernel call at most 0.95x on 3.11 (where a subclass of
 ``functools.partial`` has no vectorcall path; no bar on 3.10) and 0.85x on 3.12 and 3.13; five
 contexts in turn at most 1.5x one; and of issue 10: ``launch`` at most 1.0x typed pyopencl's
-CPU time, a launch with build options the same as one without. Every variant's launches are checked to have run: its
-array's value counts them.
+CPU time, a launch with build options the same as one without. Every variant's launches are
+checked to have run: its array's value counts them.
 
 Run: ``python tools/bench_launch.py`` (a couple of minutes on two cores, most of it starting
 pyopencl and PoCL under callgrind); ``--python PATH`` runs it all under another interpreter
