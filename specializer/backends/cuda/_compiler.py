@@ -68,12 +68,12 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ... import includes
-from ...compiler import Backend, CompileError, CompilerConfig, CompilerJob
+from ...compiler import Artifact, Backend, CompileError, CompilerConfig, CompilerJob
 from . import _diskcache
 from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
 
@@ -349,7 +349,8 @@ def _nvrtc_check(result: tuple[Any, ...], call: str, what: str = "") -> Any:
 @functools.cache
 def nvrtc_version() -> tuple[int, int]:
     """NVRTC's (major, minor) version."""
-    return tuple(_nvrtc_check(nvrtc.nvrtcVersion(), "nvrtcVersion"))  # type: ignore[return-value]
+    major, minor = _nvrtc_check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+    return major, minor
 
 
 @functools.cache
@@ -369,7 +370,7 @@ def nvrtc_compiles() -> int:
 
 
 def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
-    size = _nvrtc_check(size_fn(prog), what, detail)
+    size: int = _nvrtc_check(size_fn(prog), what, detail)
     buf = b" " * size
     _nvrtc_check(get_fn(prog, buf), what, detail)
     return buf
@@ -600,10 +601,10 @@ def nvrtc_compile(
         )
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
-            headers = _headers_cuda_version()
-            if headers is not None and headers[0] != nvrtc_version()[0]:
+            found = _headers_cuda_version()
+            if found is not None and found[0] != nvrtc_version()[0]:
                 hints.append(
-                    f"note: the runtime headers found are CUDA {headers[0]}.{headers[1]}'s, "
+                    f"note: the runtime headers found are CUDA {found[0]}.{found[1]}'s, "
                     f"NVRTC is {_version_str()}: {_install_hint()}"
                 )
             raise _NVRTCFailed(
@@ -676,7 +677,8 @@ class _Program:
 
 def _kernel_source(job: CompilerJob) -> tuple[_Program, str]:
     """(the program of the job, the kernel's name expression)."""
-    arch, options = job.config.options
+    # cast: this back-end's configs are all made by compiler_config: (arch, NVRTC options)
+    arch, options = cast("tuple[str, tuple[str, ...]]", job.config.options)
     sources = job.device_sources()
     last = sources[-1] if sources else None
     entry = getattr(last, "entry", None)
@@ -734,7 +736,8 @@ _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
 _programs_lock = threading.Lock()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_programs_lock._at_fork_reinit)
+    # typeshed does not declare the (CPython, since 3.9) lock method _at_fork_reinit
+    os.register_at_fork(after_in_child=_programs_lock._at_fork_reinit)  # type: ignore[attr-defined]
 
 
 def _program_key(p: _Program, included: str) -> str:
@@ -826,11 +829,12 @@ def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
 def _argument_kind(t: type) -> tuple[str, int] | None:
     from ...types import Struct
     from ._array import Array
+    from ._params import struct_dtype
 
     if isinstance(t, type) and issubclass(t, Array):
         return "ptr", 8
     if isinstance(t, type) and issubclass(t, Struct):
-        return "bytes", t.dtype.itemsize
+        return "bytes", struct_dtype(t).itemsize
     if isinstance(t, type) and issubclass(t, np.generic):
         dt = np.dtype(t)
         return ("f" if dt.kind == "f" else "bytes" if dt.kind == "c" else "i"), dt.itemsize
@@ -1035,8 +1039,10 @@ class CUDABackend(Backend):
             key,
         )
 
-    def link(self, job: CompilerJob, artifact: CUDAArtifact, context: Hashable) -> Any:
+    def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
         """Load into the context whose key is ``context`` and get the kernel's function."""
+        if not isinstance(artifact, CUDAArtifact):
+            raise TypeError(f"a CUDA kernel is linked from a CUDAArtifact, got {artifact!r}")
         if not isinstance(context, ContextKey):
             raise TypeError(f"a CUDA kernel is loaded for a context's key, got {context!r}")
         token, context = context, context.context()
