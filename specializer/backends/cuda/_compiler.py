@@ -736,7 +736,7 @@ _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
 _programs_lock = threading.Lock()
 if hasattr(os, "register_at_fork"):
-    # typeshed does not declare the (CPython, since 3.9) lock method _at_fork_reinit
+    # typeshed does not declare this (CPython, since 3.9) method of a lock
     os.register_at_fork(after_in_child=_programs_lock._at_fork_reinit)  # type: ignore[attr-defined]
 
 
