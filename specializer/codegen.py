@@ -234,18 +234,6 @@ def _templates_identity() -> str:
         h.update(f"{origin}\0{st.st_size}\0{st.st_mtime_ns}".encode())
     _IDENTITY[:] = [(stats, h.hexdigest())]
     return h.hexdigest()
-    with _lock:
-        h = hashlib.sha256()
-        for d in _search_path:
-            for f in sorted(Path(d).glob("*.j2")):
-                h.update(f"{f.name}\0".encode() + f.read_bytes() + b"\0")
-        spec = importlib.util.find_spec("jinja2")
-        origin = Path(spec.origin) if spec and spec.origin else None
-        if origin is not None:
-            st = origin.stat()
-            h.update(f"{origin}\0{st.st_size}\0{st.st_mtime_ns}".encode())
-        _IDENTITY[:] = [h.hexdigest()]
-    return _IDENTITY[0]
 
 
 def _unique(base: str) -> str:

@@ -53,7 +53,8 @@ __all__ = [
 class Artifact(Protocol):
     """What ``Backend.compile`` returns: anything with the device source it was built from."""
 
-    source: str
+    @property
+    def source(self) -> str: ...  # read-only: a frozen dataclass's field satisfies it
 
 
 class CompileError(RuntimeError):

@@ -63,6 +63,10 @@ def _whole_dtype(t: Any) -> np.dtype | None:
     return None
 
 
+def _numpy_parents(t: type) -> list[type]:
+    return [b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)]
+
+
 class _ArrayMeta(type):
     """Metaclass of array families: ``Family[T]`` returns the interned class for T.
 
@@ -85,10 +89,7 @@ class _ArrayMeta(type):
                 ns = {"eltype": whole.type, "_whole": whole, "__module__": family.__module__}
                 name = f"{family.__name__}[{whole}]"
             else:
-                parents = [
-                    b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)
-                ]
-                bases = tuple(family[b] for b in parents) or (family,)
+                bases = tuple(map(family.__getitem__, _numpy_parents(t))) or (family,)
                 ns = {"eltype": t, "__module__": family.__module__}
                 name = f"{family.__name__}[{type_name(t)}]"
             # An _ArrayMeta instance whose bases are the family's classes: a DeviceArray class.
@@ -98,6 +99,11 @@ class _ArrayMeta(type):
 
     def __repr__(cls) -> str:
         return cls.__name__
+
+    @property
+    def dtype(cls) -> np.dtype | None:
+        """``Array[np.float32].dtype``, on the class itself."""
+        return cast("type[DeviceArray]", cls)._dtype()  # every class of it is a DeviceArray
 
 
 class DeviceArray(metaclass=_ArrayMeta):
@@ -128,14 +134,6 @@ class DeviceArray(metaclass=_ArrayMeta):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not an array to create")
-
-
-def _dtype_property(cls: type[DeviceArray]) -> np.dtype | None:
-    return cls._dtype()
-
-
-# ``Array[np.float32].dtype`` on the class itself.
-_ArrayMeta.dtype = property(_dtype_property)  # type: ignore[attr-defined]
 
 
 class _StructMeta(type):

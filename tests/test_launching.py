@@ -305,3 +305,23 @@ def test_compiler_kwargs_in_a_dict_edited_in_place_look_up_anew():
     py.launch(put_defined, x, size=2, defines={"VALUE": np.int64(3)})
     py.launch(put_defined, x, size=2, defines={"VALUE": np.int64(3)})
     assert x.tolist() == [3, 3]
+
+
+def test_no_critical_section_of_the_package_holds_a_loop():
+    """Every `with <lock>:` body is straight-line code (loops and comprehensions, which 3.12
+    inlines, run in called functions): CPython 3.13 can unwind a frame past its with statement
+    when an interrupt lands at a backward jump (gh-130279), which would leave the lock held."""
+    import ast
+
+    loops = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp)
+    found = []
+    for path in sorted((ROOT / "specializer").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.With):
+                continue
+            if not any("lock" in ast.unparse(i.context_expr).lower() for i in node.items):
+                continue
+            for sub in (s for b in node.body for s in ast.walk(b)):
+                if isinstance(sub, loops):
+                    found.append(f"{path.relative_to(ROOT)}:{sub.lineno}")
+    assert not found, f"loops inside a with of a lock: {found}"

@@ -46,7 +46,7 @@ import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyopencl as cl
@@ -160,7 +160,7 @@ def _foreign_order(dtype: np.dtype, path: str = "") -> str | None:
     numpy's ``isnative`` says True of a big-endian subarray field."""
     if dtype.subdtype is not None:
         return _foreign_order(dtype.subdtype[0], path)
-    if dtype.names is not None:
+    if dtype.names is not None and dtype.fields is not None:  # (numpy sets both or neither)
         for name in dtype.names:
             found = _foreign_order(dtype.fields[name][0], f"{path}.{name}" if path else name)
             if found is not None:
@@ -492,7 +492,8 @@ def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> st
         logs = []
         for dev in context.devices:
             try:
-                log = built.get_build_info(dev, cl.program_build_info.LOG).strip()
+                # pyopencl's Program.get_build_info is unannotated (it forwards *args)
+                log = built.get_build_info(dev, cl.program_build_info.LOG).strip()  # type: ignore[no-untyped-call]
             except cl.Error:
                 continue
             if log:
@@ -530,9 +531,9 @@ def _device_names() -> set[str]:
 # One program per (context, source, build options, the user headers it includes): kernels
 # whose methods return the same source are built once. Kept weakly: a program lives while
 # a linked kernel uses it.
-_programs: weakref.WeakKeyDictionary[cl.Context, weakref.WeakValueDictionary] = (
-    weakref.WeakKeyDictionary()
-)
+_programs: weakref.WeakKeyDictionary[
+    cl.Context, weakref.WeakValueDictionary[tuple[str, tuple[str, ...], tuple[str, str]], _Built]
+] = weakref.WeakKeyDictionary()
 _programs_lock = threading.Lock()
 
 
@@ -606,7 +607,8 @@ class OpenCLBackend(Backend):
         return OpenCLSource(job.name, "\n\n".join(sources))
 
     def _build(self, job: CompilerJob, source: str, context: cl.Context) -> _Built:
-        options = tuple(job.config.options)
+        # cast: this back-end's configs are all made by _config, from a tuple of build options
+        options = tuple(cast("tuple[str, ...]", job.config.options))
         build = _build_options_for(options, context)
         # The user's options: what building adds to them is the same for every program of
         # the context, but for -I directories made absolute, which the digest names.
@@ -682,7 +684,7 @@ _SCALAR_PARAMS: dict[str, tuple[str, int]] = {
 }
 _ADDRESS_BITS_PARAMS = ("size_t", "ptrdiff_t", "intptr_t", "uintptr_t")
 _VECTOR = re.compile(r"([a-z]+)(2|3|4|8|16)")
-_POINTERS = {
+_POINTERS: dict[int, str] = {
     cl.kernel_arg_address_qualifier.GLOBAL: "__global",
     cl.kernel_arg_address_qualifier.CONSTANT: "__constant",
     cl.kernel_arg_address_qualifier.LOCAL: "__local",
@@ -727,6 +729,8 @@ def _param_mismatch(t: type, kind: str, size: int) -> str | None:
     if kind in ("image", "sampler", "__global", "__constant", "__local"):
         return "a value passed by value cannot be a pointer, an image or a sampler"
     if isinstance(t, type) and issubclass(t, Struct):
+        if t.dtype is None:
+            raise TypeError(f"{t!r} has no layout: a parameter's struct type is Struct[dtype]")
         nbytes = t.dtype.itemsize
         return None if nbytes == size else f"they differ in size ({nbytes} and {size} bytes)"
     if not (isinstance(t, type) and issubclass(t, np.generic)):
@@ -847,9 +851,9 @@ def default_queue() -> cl.CommandQueue:
     queue = _DEFAULT[0]
     if queue is None:
         with _default_lock:
-            if _DEFAULT[0] is None:
-                _DEFAULT[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
             queue = _DEFAULT[0]
+            if queue is None:
+                queue = _DEFAULT[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
     return queue
 
 
@@ -878,7 +882,9 @@ class _ContextKey:
         self.ptr = context.int_ptr
         self.name = repr(context)
         self.key = (self, ())
-        self.refs: dict[int, weakref.ref] = {}  # id -> a weak reference to a context object
+        self.refs: dict[
+            int, weakref.ref[cl.Context]
+        ] = {}  # id -> a weak reference to a context object
 
     def context(self) -> cl.Context | None:
         """A live object of the context (None once every queue it was seen with is gone)."""
@@ -910,7 +916,9 @@ def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
     t = _launcher.where_table(queue)  # in the queue's own __dict__: it goes with the queue
-    key = t.get("key")
+    if t is None:  # (where_table is None only for a where without a __dict__)
+        raise TypeError(f"queue {queue!r} has no __dict__ to keep its context key in")
+    key: tuple[_ContextKey, tuple[str, ...]] | None = t.get("key")
     if key is None:
         ctx = queue.context  # the queue's own context object: it dies with the queue
         with _keys_lock:
@@ -996,16 +1004,6 @@ def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
     return queue
 
 
-def _packer(t: type) -> Callable[[Any], bytes]:
-    """Packs a Python value into the bytes of parameter type ``t`` (converting, with struct's
-    range check)."""
-    fmt = _c_type(t)[1]
-    if len(fmt) == 2:  # complex: (real, imag)
-        pack2 = struct.Struct("=" + fmt).pack
-        return lambda v: pack2(v.real, v.imag)
-    return struct.Struct("=" + fmt).pack
-
-
 # -- the launch path ----------------------------------------------------------------------
 
 _definitions = Definitions(
@@ -1027,6 +1025,9 @@ class HostKernel(launching.HostKernel):
     queue=None)`` (default: the queue of the lookup). A kernel instance's captured values are
     passed first, from ``f``, on each call.
     """
+
+    linked: LinkedKernel
+    where: cl.CommandQueue
 
     @property
     def queue(self) -> cl.CommandQueue:
@@ -1072,7 +1073,7 @@ class _OpenCLLauncher(launching.Launcher):
             raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
         return queue, opts
 
-    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict) -> Any:
+    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         # The slow path of a launch also checks that no argument lives in another context
         # than the queue's (what a launch with its front entry, for the same queue and
         # argument types, no longer checks).
@@ -1082,7 +1083,7 @@ class _OpenCLLauncher(launching.Launcher):
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
 
-    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
+    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
         key = _key(where)
         return (key[0], _build_options(kw)) if kw else key
 
@@ -1172,7 +1173,8 @@ def clfunction(
     ``int``/``float``/``bool`` in it stand for the weak types. Each call returns a new
     HostKernel of the cached result (nothing else is kept).
     """
-    return _launcher.function(f, tt, queue, compiler_kwargs)
+    # cast: _launcher.host_class is this module's HostKernel
+    return cast(HostKernel, _launcher.function(f, tt, queue, compiler_kwargs))
 
 
 launch = _launcher.launch

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -48,7 +48,8 @@ def array_type(dtype: Any) -> type[Array]:
             f"a device array's elements are in native byte order, got {dt} "
             f"(use {dt.newbyteorder('=')})"
         )
-    return Array[dt.type]
+    # cast: Array's subscript interns a subclass of Array itself (the family root)
+    return cast("type[Array]", Array[dt.type])
 
 
 def _native(a: np.ndarray) -> np.ndarray:
@@ -90,7 +91,7 @@ def device_pointer(obj: Any) -> int:
     has a reader) or of any object with ``__cuda_array_interface__``."""
     reader = None if obj.__class__ in CAI_CLASSES else FOREIGN.get(obj.__class__)
     if reader is not None:
-        ptr = reader(obj, None)
+        ptr: int | None = reader(obj, None)
         if ptr is not None:
             return ptr
     return int(obj.__cuda_array_interface__["data"][0])
@@ -143,7 +144,7 @@ def strided_view(a: Any) -> Any:
 
 def is_cuda_core(value: Any, name: str) -> bool:
     """Whether ``value`` is cuda.core's class ``name`` (without importing cuda.core)."""
-    cls = value.__class__
+    cls: type = value.__class__
     return cls.__name__ == name and cls.__module__.startswith("cuda.core")
 
 
@@ -188,11 +189,13 @@ class CuArray:
         self.dtype = np.dtype(dtype)
         self.argtype = array_type(self.dtype)
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-        self.context = current_context() if context is None else context
-        self.owner = None
+        if context is None:
+            context = current_context()
+        self.context: Context | None = context
+        self.owner: Any = None
         self.ptr = 0
         if self.nbytes:
-            with pushed(self.context):
+            with pushed(context):
                 self.ptr = int(
                     check(
                         driver.cuMemAlloc(self.nbytes),
@@ -200,7 +203,7 @@ class CuArray:
                         f"allocating {self.nbytes} bytes",
                     )
                 )
-            weakref.finalize(self, _free, self.ptr, self.context)
+            weakref.finalize(self, _free, self.ptr, context)
 
     @classmethod
     def from_numpy(cls, host: Any, *, context: Context | None = None) -> CuArray:
@@ -217,7 +220,7 @@ class CuArray:
         """An array of zeros."""
         out = cls(shape, dtype, context=context)
         if out.nbytes:
-            with pushed(out.context):
+            with pushed(out._context()):  # (an allocated array has its context)
                 check(driver.cuMemsetD8(out.ptr, 0, out.nbytes), "cuMemsetD8")
         return out
 

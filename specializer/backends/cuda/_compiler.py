@@ -68,12 +68,12 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ... import includes
-from ...compiler import Backend, CompileError, CompilerConfig, CompilerJob
+from ...compiler import Artifact, Backend, CompileError, CompilerConfig, CompilerJob
 from . import _diskcache
 from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
 
@@ -349,7 +349,8 @@ def _nvrtc_check(result: tuple[Any, ...], call: str, what: str = "") -> Any:
 @functools.cache
 def nvrtc_version() -> tuple[int, int]:
     """NVRTC's (major, minor) version."""
-    return tuple(_nvrtc_check(nvrtc.nvrtcVersion(), "nvrtcVersion"))  # type: ignore[return-value]
+    major, minor = _nvrtc_check(nvrtc.nvrtcVersion(), "nvrtcVersion")
+    return major, minor
 
 
 @functools.cache
@@ -369,7 +370,7 @@ def nvrtc_compiles() -> int:
 
 
 def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
-    size = _nvrtc_check(size_fn(prog), what, detail)
+    size: int = _nvrtc_check(size_fn(prog), what, detail)
     buf = b" " * size
     _nvrtc_check(get_fn(prog, buf), what, detail)
     return buf
@@ -600,10 +601,10 @@ def nvrtc_compile(
         )
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
-            headers = _headers_cuda_version()
-            if headers is not None and headers[0] != nvrtc_version()[0]:
+            found = _headers_cuda_version()
+            if found is not None and found[0] != nvrtc_version()[0]:
                 hints.append(
-                    f"note: the runtime headers found are CUDA {headers[0]}.{headers[1]}'s, "
+                    f"note: the runtime headers found are CUDA {found[0]}.{found[1]}'s, "
                     f"NVRTC is {_version_str()}: {_install_hint()}"
                 )
             raise _NVRTCFailed(
@@ -676,7 +677,8 @@ class _Program:
 
 def _kernel_source(job: CompilerJob) -> tuple[_Program, str]:
     """(the program of the job, the kernel's name expression)."""
-    arch, options = job.config.options
+    # cast: this back-end's configs are all made by compiler_config: (arch, NVRTC options)
+    arch, options = cast("tuple[str, tuple[str, ...]]", job.config.options)
     sources = job.device_sources()
     last = sources[-1] if sources else None
     entry = getattr(last, "entry", None)
@@ -775,35 +777,41 @@ def compile_program(p: _Program, expression: str, kernel: str = "") -> tuple[str
     the same kernels), so what a kernel's PTX holds never depends on what ran before."""
     included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
-    with _programs_lock:
-        built = _programs.get(key, ())
-        for r in built:
-            if expression in r.lowered:
-                _programs.move_to_end(key)
-                return key, r
-        names = kernel_names(p.source)
-        extra = tuple(n for n in names if n != expression)
-        compile_ = functools.partial(
-            nvrtc_compile,
-            p.source,
-            arch=p.arch,
-            options=p.options,
-            kernel=kernel,
-            name=p.name,
-            headers=p.headers,
-        )
-        try:
-            r = compile_((expression, *extra))
-        except _NVRTCFailed as e:
-            # a name found in the text that is no kernel NVRTC can name (under an #if, a macro)
-            if not extra or "__nv_name_map" not in e.log:
-                raise
-            r = compile_((expression,))
-        _programs[key] = (*built, r)
-        _programs.move_to_end(key)
-        while len(_programs) > _PROGRAMS_KEPT:
-            _programs.popitem(last=False)
-        return key, r
+    with _programs_lock:  # straight-line: the loops are in the called function
+        return _compile_program_locked(p, expression, kernel, key)
+
+
+def _compile_program_locked(
+    p: _Program, expression: str, kernel: str, key: str
+) -> tuple[str, NVRTCResult]:
+    built = _programs.get(key, ())
+    for r in built:
+        if expression in r.lowered:
+            _programs.move_to_end(key)
+            return key, r
+    names = kernel_names(p.source)
+    extra = tuple(n for n in names if n != expression)
+    compile_ = functools.partial(
+        nvrtc_compile,
+        p.source,
+        arch=p.arch,
+        options=p.options,
+        kernel=kernel,
+        name=p.name,
+        headers=p.headers,
+    )
+    try:
+        r = compile_((expression, *extra))
+    except _NVRTCFailed as e:
+        # a name found in the text that is no kernel NVRTC can name (under an #if, a macro)
+        if not extra or "__nv_name_map" not in e.log:
+            raise
+        r = compile_((expression,))
+    _programs[key] = (*built, r)
+    _programs.move_to_end(key)
+    while len(_programs) > _PROGRAMS_KEPT:
+        _programs.popitem(last=False)
+    return key, r
 
 
 # -- the kernel's own parameters -------------------------------------------------------------
@@ -840,11 +848,12 @@ def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
 def _argument_kind(t: type) -> tuple[str, int] | None:
     from ...types import Struct
     from ._array import Array
+    from ._params import struct_dtype
 
     if isinstance(t, type) and issubclass(t, Array):
         return "ptr", 8
     if isinstance(t, type) and issubclass(t, Struct):
-        return "bytes", t.dtype.itemsize
+        return "bytes", struct_dtype(t).itemsize
     if isinstance(t, type) and issubclass(t, np.generic):
         dt = np.dtype(t)
         return ("f" if dt.kind == "f" else "bytes" if dt.kind == "c" else "i"), dt.itemsize
@@ -1049,8 +1058,10 @@ class CUDABackend(Backend):
             key,
         )
 
-    def link(self, job: CompilerJob, artifact: CUDAArtifact, context: Hashable) -> Any:
+    def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
         """Load into the context whose key is ``context`` and get the kernel's function."""
+        if not isinstance(artifact, CUDAArtifact):
+            raise TypeError(f"a CUDA kernel is linked from a CUDAArtifact, got {artifact!r}")
         if not isinstance(context, ContextKey):
             raise TypeError(f"a CUDA kernel is loaded for a context's key, got {context!r}")
         token, context = context, context.context()

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from typing import Any
 
 try:
-    from cuda.bindings import driver
+    from cuda.bindings import driver as driver  # re-exported: the back-end modules use it
 except ImportError as e:  # pragma: no cover - the cuda extra is installed wherever this is used
     raise ImportError(
         "the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' "
@@ -132,7 +132,8 @@ def device_count() -> int:
     """How many CUDA devices the driver sees (0 when CUDA is unavailable)."""
     if not available():
         return 0
-    return check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    count: int = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
+    return count
 
 
 # -- contexts ----------------------------------------------------------------------------

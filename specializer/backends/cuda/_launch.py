@@ -12,8 +12,8 @@ arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunc
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 
@@ -117,8 +117,14 @@ class HostKernel(launching.HostKernel):
     of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel:
     ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``."""
 
-    def __new__(cls, call: Any, f: Any, where: Any, tt: tuple[type, ...], linked: Any) -> Any:
-        self = super().__new__(cls, call, f, where, tt, linked)
+    linked: LinkedKernel
+    _context: Context
+
+    def __new__(
+        cls, call: Any, f: Any, where: Any, tt: tuple[type, ...], linked: Any
+    ) -> HostKernel:
+        # cast: the base's __new__ makes an instance of cls
+        self = cast(HostKernel, super().__new__(cls, call, f, where, tt, linked))
         # The library's caches hold a context weakly; a HostKernel the user holds keeps its
         # context alive (as its arrays and streams do), so it never launches into a gone one.
         self._context = linked.context
@@ -154,6 +160,14 @@ class HostKernel(launching.HostKernel):
         return f"<HostKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
 
 
+def _bounds(r: type) -> tuple[Any, Any]:
+    """The range a Python scalar stored as ``r`` must be in (``r`` has one: a ranged kind)."""
+    bounds = _params.range_of(r)
+    if bounds is None:
+        raise TypeError(f"a parameter of type {r} has no range to check")
+    return bounds
+
+
 class _CUDALauncher(launching.Launcher):
     name = "cuda"
     template = "cuda_entry.py.j2"
@@ -174,7 +188,7 @@ class _CUDALauncher(launching.Launcher):
     def resolve_where(self, where_opt: Any) -> Any:
         return local.key or current_key()
 
-    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
+    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
         return (where[0], _kwkey(kw)) if kw else where
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
@@ -203,19 +217,21 @@ class _CUDALauncher(launching.Launcher):
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):
             if issubclass(t, Array):
-                namespace[f"_own{i}"] = cuarray_class(r.dtype)
+                # cast: an array argument's concrete type is an Array class (Array[dtype])
+                namespace[f"_own{i}"] = cuarray_class(cast("type[Array]", r).dtype)
                 kinds.append("array")
             elif issubclass(t, Struct):
-                _types.struct_type(t.dtype)  # native byte order (a cufunction's tt)
-                namespace[f"_n{i}"] = t.dtype.itemsize
+                dt = _params.struct_dtype(t)
+                _types.struct_type(dt)  # native byte order (a cufunction's tt)
+                namespace[f"_n{i}"] = dt.itemsize
                 kinds.append("bytes")
             elif r is np.float16 and issubclass(t, WeakScalar):
-                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _params.range_of(r)
+                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _bounds(r)
                 kinds.append("ranged_half")  # a Python float: range-checked, then its bits
             elif r is np.float16:
                 kinds.append("half")
             elif issubclass(t, WeakScalar) and _params.range_of(resolve_weak(t, r)) is not None:
-                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _params.range_of(r)
+                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _bounds(r)
                 kinds.append("ranged")
             else:
                 _types.param_ctype(r)  # a type a CUDA parameter can have
@@ -245,7 +261,8 @@ def cufunction(f: Any, tt: tuple[type, ...] = (), **compiler_kwargs: Any) -> Hos
     the load into the context) runs through ``cached_lookup`` with key (context, compiler
     kwargs); see ``COMPILER_KWARGS`` for the kwargs. Python ``int``/``float``/``bool`` in
     ``tt`` stand for the weak types."""
-    return _launcher.function(f, tt, None, compiler_kwargs)
+    # cast: _launcher.host_class is this module's HostKernel
+    return cast(HostKernel, _launcher.function(f, tt, None, compiler_kwargs))
 
 
 def code_ptx(
@@ -265,4 +282,5 @@ def code_ptx(
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = _definitions.kernel_type(f)
     _definitions.own(F)
-    return code_of(F, _launcher.tt_of(tt), config).ptx
+    ptx: str = code_of(F, _launcher.tt_of(tt), config).ptx
+    return ptx

@@ -72,12 +72,22 @@ _CARRIERS = {
 }
 
 
+def struct_dtype(t: type[Struct]) -> np.dtype:
+    """The layout of struct argument type ``t`` (``Struct[dtype]``; plain ``Struct`` has none)."""
+    if t.dtype is None:
+        raise TypeError(f"{t!r} has no layout: a parameter's struct type is Struct[dtype]")
+    return t.dtype
+
+
 def struct_alignment(dtype: np.dtype) -> int:
     """The alignment CUDA C gives a struct of this layout: a vector type of 2 or 4 equal
     fields (``float2``, ``float4``, ``int4``, ...) is aligned to its size (at most 16), as
     ``vector_types.h`` declares them; any other struct to its most aligned field (declare the
     numpy dtype with ``align=True`` so that its offsets are C's)."""
-    fields = [dtype.fields[n][0] for n in dtype.names]
+    names, by_name = dtype.names, dtype.fields
+    if names is None or by_name is None:
+        raise TypeError(f"a struct parameter's dtype is a structured dtype, got {dtype}")
+    fields = [by_name[n][0] for n in names]
     if len(fields) in (2, 4) and all(f == fields[0] and f.subdtype is None for f in fields):
         return min(dtype.itemsize, 16)
     return dtype.alignment
@@ -91,13 +101,14 @@ def field_ctype(t: type) -> type:
     bytes at its alignment (a union of the bytes and a carrier of that alignment), else
     ``param_ctype``'s."""
     if isinstance(t, type) and issubclass(t, Struct):
-        ct = _struct_ctypes.get(t.dtype)
+        dt = struct_dtype(t)
+        ct = _struct_ctypes.get(dt)
         if ct is None:
-            align = struct_alignment(t.dtype)
+            align = struct_alignment(dt)
             carrier = _CARRIERS.get(align, ctypes.c_uint8)
-            fields = [("raw", ctypes.c_ubyte * t.dtype.itemsize), ("align", carrier)]
+            fields = [("raw", ctypes.c_ubyte * dt.itemsize), ("align", carrier)]
             ct = _struct_ctypes.setdefault(
-                t.dtype, type("StructParam", (ctypes.Union,), {"_fields_": fields})
+                dt, type("StructParam", (ctypes.Union,), {"_fields_": fields})
             )
         return ct
     return param_ctype(t)
