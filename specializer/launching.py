@@ -138,6 +138,7 @@ from . import compiler as _compiler
 from . import world as _world
 from .kernels import Definitions, Kernel, LookupSite
 from .lookup import forget_key
+from .methods import MethodError
 from .types import WEAK, type_name
 
 __all__ = ["NOTHING", "HostKernel", "Launcher", "forget", "signature"]
@@ -329,19 +330,21 @@ class Launcher:
                 raise type(e)(f"argument {i}{of} (counting launch arguments from 0): {e}") from None
         return tuple(out)
 
-    def tt_of(self, tt: Any) -> tuple[type, ...]:
+    def tt_of(self, tt: Any, what: str | None = None) -> tuple[type, ...]:
         """Argument types as given to a lookup: a tuple (or sequence) of types, with Python's
-        ``int``, ``float`` and ``bool`` standing for their weak types."""
+        ``int``, ``float`` and ``bool`` standing for their weak types. ``what`` names the
+        function given them in errors (default: the back-end's lookup)."""
+        what = self.lookup_name if what is None else what
         if isinstance(tt, type) or not isinstance(tt, (tuple, list)):
             raise TypeError(
-                f"{self.lookup_name} takes a tuple of argument types (use typeof(value) for a "
+                f"{what} takes a tuple of argument types (use typeof(value) for a "
                 f"value's), got {tt!r}"
             )
         out = []
         for t in tt:
             if not isinstance(t, type):
                 raise TypeError(
-                    f"{self.lookup_name} takes argument types, not values: got a "
+                    f"{what} takes argument types, not values: got a "
                     f"{type(t).__module__}.{type(t).__qualname__} in tt; pass typeof(value) "
                     "for a value's type"
                 )
@@ -445,7 +448,7 @@ class Launcher:
         tt = self.argtypes(args, F)
         w = _world.WORLD[0]  # before the lookup: see _publish
         key = self.key(where, kw)
-        linked = self.site.lookup(F, tt, key)
+        linked = self._lookup(F, tt, key)
         run, front, _ = self.bound(linked, tt, F)
         self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
@@ -517,6 +520,14 @@ class Launcher:
             "looks up what it is given"
         )
 
+    def _lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+        """The cached lookup; a user's error in it (no method, an ambiguity, code that does not
+        build) is raised with the traceback from here on, not the library's frames below."""
+        try:
+            return self.site.lookup(F, tt, key)
+        except (MethodError, _compiler.CompileError) as e:
+            raise e.with_traceback(None) from e.__cause__
+
     def _check_fork(self) -> None:
         # A fork of a process that used this back-end must not touch its contexts (a launch
         # would hang). Everything cached misses once in a fork (it has a world of its own),
@@ -545,7 +556,7 @@ class Launcher:
         self._check_fork()
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
-        linked = self.site.lookup(F, tt, self.key(where, kw))
+        linked = self._lookup(F, tt, self.key(where, kw))
         return self.host_class(self.bound(linked, tt, F)[2], f, where, tt, linked)
 
     def resolve_where(self, where_opt: Any) -> Any:

@@ -1009,10 +1009,52 @@ def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
 _definitions = Definitions(
     typeof, __name__, (WeakScalar, Struct, Array, Buffer, LocalMemory, Image, Sampler)
 )
-#: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method (see the module docstring).
-kernel = _definitions.kernel
-#: ``@device``: define a device function (a callee); redefining it recompiles its callers.
-device = _definitions.device
+
+
+def kernel(
+    fn: Callable[..., Any] | None = None,
+    *,
+    callees: Iterable[Any] = (),
+    localns: dict[str, Any] | None = None,
+) -> Any:
+    """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
+
+    A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that
+    name adds a method (a more specific signature), or replaces the one with the same
+    signature (the world rises: the next launch runs the new code).
+
+    Annotate each parameter with an argument type: ``Array[dtype]`` (a pyopencl array;
+    ``Array[np.float32]``, or abstract ``Array[np.floating]``, ``Array[np.number]``), a numpy
+    scalar type (``np.float32``, or abstract ``np.integer``, ``np.number``), ``Struct[dtype]``
+    (a struct or vector by value, e.g. ``pyopencl.cltypes.float4``), ``Buffer``,
+    ``LocalMemory``, ``Image`` or ``Sampler``. A Python ``int``, ``float`` or ``bool`` passed
+    to a kernel takes the type the method declares. An annotation no value can match
+    (``int``, ``np.ndarray``, another back-end's ``Array``) is a ``TypeError`` here.
+
+    The body is called once per method instance, with the concrete types bound to its
+    parameters (``x.dtype``, ``v`` is ``np.float32``), and returns OpenCL C source that defines
+    a ``__kernel`` function named like the method, its parameters in the same order
+    (:func:`ctype` spells a type). ``callees`` names the device functions it calls;
+    ``localns=locals()`` lets string annotations name the defining function's locals.
+    """
+    return _definitions.kernel(fn, callees=callees, localns=localns)
+
+
+def device(
+    fn: Callable[..., Any] | None = None,
+    *,
+    callees: Iterable[Any] = (),
+    localns: dict[str, Any] | None = None,
+) -> Any:
+    """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
+
+    It takes no parameters; its body returns OpenCL C source defining helper functions that
+    kernels listing it in ``callees=`` call. Running its ``def`` again raises the world and
+    recompiles exactly the kernels that call it.
+    """
+    return _definitions.device(fn, callees=callees, localns=localns)
+
+
 #: ``capture(kernel, *values)``: a kernel instance passing ``values`` first on every launch.
 capture = _definitions.capture
 

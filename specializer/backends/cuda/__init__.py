@@ -57,6 +57,7 @@ from ._compiler import (
     CUDABackend,
     KernelSource,
     LinkedKernel,
+    NVRTCError,
     supported_archs,
 )
 from ._driver import (
@@ -97,6 +98,7 @@ __all__ = [
     "HostKernel",
     "KernelSource",
     "LinkedKernel",
+    "NVRTCError",
     "Stream",
     "Struct",
     "available",

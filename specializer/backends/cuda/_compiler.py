@@ -329,8 +329,9 @@ def _install_hint() -> str:
 # -- NVRTC -------------------------------------------------------------------------------------
 
 
-class _NVRTCFailed(CompileError):
-    """An NVRTC call that failed, with its log (``log``)."""
+class NVRTCError(CompileError):
+    """CUDA C++ that NVRTC does not compile: the message names the kernel and the options, and
+    ``log`` holds NVRTC's log."""
 
     def __init__(self, message: str, log: str = "") -> None:
         super().__init__(message)
@@ -340,7 +341,7 @@ class _NVRTCFailed(CompileError):
 def _nvrtc_check(result: tuple[Any, ...], call: str, what: str = "") -> Any:
     err = result[0]
     if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        raise _NVRTCFailed(
+        raise NVRTCError(
             f"{call} failed: {getattr(err, 'name', err)}" + (f" ({what})" if what else "")
         )
     return result[1] if len(result) == 2 else result[1:]
@@ -607,7 +608,7 @@ def nvrtc_compile(
                     f"note: the runtime headers found are CUDA {found[0]}.{found[1]}'s, "
                     f"NVRTC is {_version_str()}: {_install_hint()}"
                 )
-            raise _NVRTCFailed(
+            raise NVRTCError(
                 f"{label} failed to compile with NVRTC {_version_str()} for {arch} "
                 f"({getattr(err, 'name', err)}), options {list(options)}, toolkit headers "
                 f"from {list(toolkit_include_dirs())}:\n{log.rstrip()}"
@@ -802,7 +803,7 @@ def _compile_program_locked(
     )
     try:
         r = compile_((expression, *extra))
-    except _NVRTCFailed as e:
+    except NVRTCError as e:
         # a name found in the text that is no kernel NVRTC can name (under an #if, a macro)
         if not extra or "__nv_name_map" not in e.log:
             raise
@@ -1040,11 +1041,11 @@ class CUDABackend(Backend):
         program, expression = _kernel_source(job)
         try:
             key, r = compile_program(program, expression, kernel=job.name)
-        except _NVRTCFailed as e:
+        except NVRTCError as e:
             hints = _callee_hints(e.log, job)
             if not hints:
                 raise
-            raise _NVRTCFailed(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
+            raise NVRTCError(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
         check_parameters(job.name, r.ptx, r.lowered[expression], job.mi.tt)
         return CUDAArtifact(
             program.source,

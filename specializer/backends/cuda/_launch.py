@@ -12,7 +12,7 @@ arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunc
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -63,14 +63,51 @@ def typeof(value: Any) -> type:
 
 _definitions = Definitions(typeof, "specializer.backends.cuda", (WeakScalar, Struct, Array))
 
-#: ``@kernel`` / ``@kernel(callees=[...])``: define a kernel method. The method body is
-#: called once per method instance with the concrete argument types bound to its
-#: parameters, and returns CUDA C source defining a ``__global__`` function of the
-#: method's name (``extern "C"`` recommended).
-kernel = _definitions.kernel
-#: ``@device`` / ``@device(callees=[...])``: define a device function (a callee); its
-#: body returns CUDA C source. Redefining it recompiles the kernels that call it.
-device = _definitions.device
+
+def kernel(
+    fn: Callable[..., Any] | None = None,
+    *,
+    callees: Iterable[Any] = (),
+    localns: dict[str, Any] | None = None,
+) -> Any:
+    """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
+
+    A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that
+    name adds a method (a more specific signature), or replaces the one with the same
+    signature (the world rises: the next launch runs the new code).
+
+    Annotate each parameter with an argument type: ``Array[dtype]`` (a ``CuArray`` or any
+    array with ``__cuda_array_interface__`` or DLPack; ``Array[np.float32]``, or abstract
+    ``Array[np.floating]``), a numpy scalar type (``np.float32``, ``np.float16`` for
+    ``__half``, or abstract ``np.integer``, ``np.number``) or ``Struct[dtype]`` (a struct by
+    value). A Python ``int``, ``float`` or ``bool`` passed to a kernel takes the type the
+    method declares. An annotation no value can match (``int``, ``np.ndarray``, another
+    back-end's ``Array``) is a ``TypeError`` here.
+
+    The body is called once per method instance, with the concrete types bound to its
+    parameters, and returns CUDA C++ source that defines a ``__global__`` function named like
+    the method (``extern "C"`` recommended), or a :class:`KernelSource` naming its entry
+    (a template instance, in-memory headers). ``callees`` names the device functions it
+    calls; ``localns=locals()`` lets string annotations name the defining function's locals.
+    """
+    return _definitions.kernel(fn, callees=callees, localns=localns)
+
+
+def device(
+    fn: Callable[..., Any] | None = None,
+    *,
+    callees: Iterable[Any] = (),
+    localns: dict[str, Any] | None = None,
+) -> Any:
+    """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
+
+    It takes no parameters; its body returns CUDA C++ source defining ``__device__``
+    functions that kernels listing it in ``callees=`` call. Running its ``def`` again raises
+    the world and recompiles exactly the kernels that call it.
+    """
+    return _definitions.device(fn, callees=callees, localns=localns)
+
+
 #: ``capture(kernel, *values)``: ``kernel.capture(*values)``, a kernel instance whose values
 #: are passed as leading kernel arguments on every launch.
 capture = _definitions.capture
@@ -282,5 +319,5 @@ def code_ptx(
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = _definitions.kernel_type(f)
     _definitions.own(F)
-    ptx: str = code_of(F, _launcher.tt_of(tt), config).ptx
+    ptx: str = code_of(F, _launcher.tt_of(tt, "code_ptx"), config).ptx
     return ptx
