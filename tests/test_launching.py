@@ -17,6 +17,7 @@ import pyopencl
 import pyopencl.array as cla
 import pytest
 
+import specializer
 from specializer import codegen, compile_count, launching
 from specializer.backends import opencl as cl
 from specializer.kernels import Definitions
@@ -248,6 +249,9 @@ def test_a_default_outside_the_four_is_refused_naming_the_option(tmp_path):
 # -- public semantics only ----------------------------------------------------------------------
 
 ROOT = Path(__file__).resolve().parent.parent
+#: the package under test: the checkout's, or the installed one (CI's other Pythons run the
+#: tests from a copy, against a wheel)
+PACKAGE = Path(specializer.__file__).resolve().parent
 INTERNALS = re.compile(r"ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags")
 #: where the package may use ctypes, each file saying why in a comment: the CUDA parameter
 #: buffers (the driver takes a void** of argument addresses; _types gives each parameter's C
@@ -262,14 +266,16 @@ CTYPES_ALLOWED = (
 def test_the_package_reaches_into_no_interpreter_internals():
     # `grep -rnE "ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags" specializer/`
     hits = []
-    for path in sorted((ROOT / "specializer").rglob("*.py")):
-        rel = path.relative_to(ROOT).as_posix()
+    paths = sorted(PACKAGE.rglob("*.py"))
+    assert len(paths) > 20, PACKAGE
+    for path in paths:
+        rel = path.relative_to(PACKAGE.parent).as_posix()
         for n, line in enumerate(path.read_text().splitlines(), 1):
             if INTERNALS.search(line) and rel not in CTYPES_ALLOWED:
                 hits.append(f"{rel}:{n}: {line.strip()}")
     assert not hits, "interpreter internals used:\n" + "\n".join(hits)
     for rel in CTYPES_ALLOWED:
-        text = (ROOT / rel).read_text()
+        text = (PACKAGE.parent / rel).read_text()
         assert INTERNALS.findall(text) and set(INTERNALS.findall(text)) == {"ctypes"}, rel
         why = [ln for ln in text.splitlines() if "ctypes" in ln and ("#" in ln or "why" in ln)]
         assert why, f"{rel} uses ctypes without a comment saying why"
@@ -315,7 +321,9 @@ def test_no_critical_section_of_the_package_holds_a_loop():
 
     loops = (ast.For, ast.AsyncFor, ast.While, ast.ListComp, ast.SetComp, ast.DictComp)
     found = []
-    for path in sorted((ROOT / "specializer").rglob("*.py")):
+    paths = sorted(PACKAGE.rglob("*.py"))
+    assert len(paths) > 20, PACKAGE
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.With):
                 continue
@@ -323,5 +331,5 @@ def test_no_critical_section_of_the_package_holds_a_loop():
                 continue
             for sub in (s for b in node.body for s in ast.walk(b)):
                 if isinstance(sub, loops):
-                    found.append(f"{path.relative_to(ROOT)}:{sub.lineno}")
+                    found.append(f"{path.relative_to(PACKAGE.parent)}:{sub.lineno}")
     assert not found, f"loops inside a with of a lock: {found}"
