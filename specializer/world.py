@@ -174,9 +174,7 @@ def _active(state: _State) -> list[Block]:
 def _hot(state: _State) -> int | None:
     """What ``WORLD[0]`` must hold in ``state``: its counter, or None while the slow path is
     needed (a pin, an active compile hook, precompile-output mode)."""
-    if _pins or _precompiling(state) or any(b.kind == "hook" for b in _active(state)):
-        return None
-    return state.latest
+    return None if _pins or _bypassing(state) else state.latest
 
 
 def refresh() -> None:
@@ -366,9 +364,10 @@ def precompiling() -> bool:
 def bypassing() -> bool:
     """Whether cached lookups must neither hit nor store: a compile hook is active or
     precompile-output mode is on."""
-    state = STATE
-    if not state.blocks:
-        return _precompiling(state)
+    return _bypassing(STATE)
+
+
+def _bypassing(state: _State) -> bool:
     return _precompiling(state) or any(b.kind == "hook" for b in _active(state))
 
 
