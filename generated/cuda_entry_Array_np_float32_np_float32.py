@@ -6,6 +6,10 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
     def run(params, grid, block, stream, shared_mem, cooperative, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, = params
+        if a0.__class__ is _own0:
+            a0 = a0.ptr
+        else:
+            a0 = _pointer(linked, 0, a0)
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
         else:
@@ -15,10 +19,6 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
         else:
             bx, by, bz = _dim3(block, "block")
         s = _null if stream is None else _stream(stream)
-        if a0.__class__ is _own0:
-            a0 = a0.ptr
-        elif a0.__class__ is not int:  # (a foreign array's guard set it to its pointer)
-            a0 = _pointer(linked, 0, a0)
         try:
             b = _take()
         except IndexError:
@@ -55,7 +55,7 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                 a0, a1, = args
             except ValueError:
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
-            if not ((a0.__class__ is _C0 or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
+            if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if grid.__class__ is int and grid > 0:
                 gx, gy, gz = grid, 1, 1
@@ -66,10 +66,6 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             else:
                 bx, by, bz = _dim3(block, "block")
             s = _null if stream is None else _stream(stream)
-            if a0.__class__ is _own0:
-                a0 = a0.ptr
-            elif a0.__class__ is not int:  # (a foreign array's guard set it to its pointer)
-                a0 = _pointer(linked, 0, a0)
             try:
                 b = _take()
             except IndexError:
@@ -98,7 +94,7 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             a0, a1, = args
         except ValueError:
             return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-        if not ((a0.__class__ is _C0 or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
+        if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
             return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
@@ -109,10 +105,6 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
         else:
             bx, by, bz = _dim3(block, "block")
         s = _null if stream is None else _stream(stream)
-        if a0.__class__ is _own0:
-            a0 = a0.ptr
-        elif a0.__class__ is not int:  # (a foreign array's guard set it to its pointer)
-            a0 = _pointer(linked, 0, a0)
         try:
             b = _take()
         except IndexError:

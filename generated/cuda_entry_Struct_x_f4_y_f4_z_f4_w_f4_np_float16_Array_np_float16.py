@@ -6,6 +6,10 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
     def run(params, grid, block, stream, shared_mem, cooperative, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, a2, = params
+        if a2.__class__ is _own2:
+            a2 = a2.ptr
+        else:
+            a2 = _pointer(linked, 2, a2)
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
         else:
@@ -16,10 +20,6 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             bx, by, bz = _dim3(block, "block")
         s = _null if stream is None else _stream(stream)
         a1 = _half(a1)
-        if a2.__class__ is _own2:
-            a2 = a2.ptr
-        elif a2.__class__ is not int:  # (a foreign array's guard set it to its pointer)
-            a2 = _pointer(linked, 2, a2)
         try:
             b = _take()
         except IndexError:
@@ -57,7 +57,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
                 a0, a1, a2, = args
             except ValueError:
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
-            if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
+            if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and a0.size == 1) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 and (a2 := a2.ptr) is not None or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if grid.__class__ is int and grid > 0:
                 gx, gy, gz = grid, 1, 1
@@ -69,10 +69,6 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
                 bx, by, bz = _dim3(block, "block")
             s = _null if stream is None else _stream(stream)
             a1 = _half(a1)
-            if a2.__class__ is _own2:
-                a2 = a2.ptr
-            elif a2.__class__ is not int:  # (a foreign array's guard set it to its pointer)
-                a2 = _pointer(linked, 2, a2)
             try:
                 b = _take()
             except IndexError:
@@ -102,7 +98,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             a0, a1, a2, = args
         except ValueError:
             return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-        if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
+        if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and a0.size == 1) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 and (a2 := a2.ptr) is not None or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
             return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
@@ -114,10 +110,6 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             bx, by, bz = _dim3(block, "block")
         s = _null if stream is None else _stream(stream)
         a1 = _half(a1)
-        if a2.__class__ is _own2:
-            a2 = a2.ptr
-        elif a2.__class__ is not int:  # (a foreign array's guard set it to its pointer)
-            a2 = _pointer(linked, 2, a2)
         try:
             b = _take()
         except IndexError:

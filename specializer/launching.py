@@ -9,7 +9,7 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
 ------------------------------------------------------------------------------------------
 
 - ``name``: its short name, the first part of its generated functions' names and of errors.
-- ``template``: its template, which extends ``entry.py.j2`` and fills the four blocks below. A
+- ``template``: its template, which extends ``entry.py.j2`` and fills the blocks below. A
   template outside this package's ``templates/`` is found once its directory is given to
   :func:`specializer.codegen.add_template_dir`.
 - ``options`` and ``defaults``: its launch options, in order, as ``launch`` and a HostKernel
@@ -59,9 +59,13 @@ Template blocks (each rendered at the indentation shown; ``entry.py.j2`` renders
   assigns nothing to it is refused when the back-end is made.
 - ``call_where`` (8, in a HostKernel call, where ``where`` is the HostKernel's): resolve the
   where option against it (default to it; refuse or check another); may be empty.
+- ``unguarded`` (8, in the slow path's launch only, before ``launch``; may be empty): what a
+  guard does to a launch argument on the fast path, done here for arguments no guard saw
+  (the ``array`` guard puts a device array's pointer in its place; CUDA's block does the
+  same for ``a<captured>``..``a<n-1>``), so that ``launch`` gets the same values on every path.
 - ``launch`` (8, in the slow path's launch, a front entry and a HostKernel call): set the
-  arguments ``a0``..``a<n-1>`` (captured values first) and enqueue, with the launch options
-  as locals; its value is the launch's.
+  arguments ``a0``..``a<n-1>`` (captured values first, which no guard sees) and enqueue,
+  with the launch options as locals; its value is the launch's.
 
 A template receives names, counts and kinds, never values: ``captured``, ``instance``,
 ``guards``, ``kinds``, ``options``, ``defaults``, ``lifted``, ``all_lifted``, ``where``; the

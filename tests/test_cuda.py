@@ -2049,6 +2049,29 @@ def test_a_one_element_array_of_a_struct_dtype_passes_by_value_like_a_0d_one():
         cuda.typeof(np.zeros(2, double3))  # two structs are no struct
 
 
+def test_a_one_element_struct_array_passes_the_guard_as_a_0d_one_does():
+    # the fast path takes what the slow path types as the struct, and nothing else
+    double3 = np.dtype([("x", "<f8"), ("y", "<f8"), ("z", "<f8")])
+    tt = (cuda.Struct[double3],)
+    factory = cuda._launch._launcher._factory(tt, tt, 0, False)
+    failed = []
+    call = factory(Fun(tt), None, lambda linked, f, args, opts: failed.append(args), None)[2]
+    rec = Recorder(tt)
+    glb = factory.__globals__
+    saved, glb["_launch"] = glb["_launch"], rec
+    try:
+        rhs = np.array([1.0, 2.0, 3.0])
+        for value in (rhs.view(double3), rhs.view(double3).reshape(()), rhs.view(double3)[0]):
+            call(None, None, value, grid=1, block=1)
+        two, swapped = np.zeros(2, double3), rhs.view(double3).astype(double3.newbyteorder())
+        for value in (two, swapped):
+            call(None, None, value, grid=1, block=1)
+    finally:
+        glb["_launch"] = saved
+    assert [c[4] for c in rec.calls] == [[rhs.tobytes()]] * 3
+    assert len(failed) == 2 and failed[0][0] is two and failed[1][0] is swapped
+
+
 @cuda.kernel
 def int_param(x: A[np.int32], v: np.number) -> str:
     return 'extern "C" __global__ void int_param(int *x, int v) { x[0] = v; }'
@@ -2140,6 +2163,57 @@ class Published:
         n = len(self.rec.calls)
         self.entry(fill, (x, np.float32(2), 4), 1, 1, None, 0, False, {})
         return self.rec.calls[n][4][0] if len(self.rec.calls) > n else None
+
+
+def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_miss():
+    import gc
+    import weakref
+
+    from specializer import world
+    from specializer.backends.cuda._driver import ContextKey, _forget, local
+    from specializer.types import Weak
+
+    class Ctx:  # what a key needs of its context: a weak reference to it
+        pass
+
+    @cuda.kernel
+    def alternate(x: A[np.float32], v: np.float32, n: np.int64) -> str:
+        return 'extern "C" __global__ void alternate(float *x, float v, long long n) {}'
+
+    launcher = cuda._launch._launcher
+    tt = (A[np.float32], np.float32, Weak[int])
+    resolved = (A[np.float32], np.float32, np.int64)
+    factory = launcher._factory(tt, resolved, 0, False)
+    contexts = [Ctx(), Ctx()]
+    wheres = [(ContextKey(c), ()) for c in contexts]
+    functions, misses, called = [object(), object()], [], []
+
+    def recorder(function, *rest):
+        called.append(function)
+        return (0,)
+
+    for function, where in zip(functions, wheres):  # as two lookups publish them
+        linked = Fun(resolved)
+        linked.function = function
+        _, front, _ = factory(linked, lambda *a: misses.append(a), None, None)
+        launcher._publish(alternate, world.WORLD[0], where, {}, front)
+    glb = factory.__globals__
+    saved = glb["_launch"], local.key
+    x = cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32)
+    try:
+        glb["_launch"] = recorder
+        for i in range(6):
+            local.key = wheres[i % 2]
+            cuda.launch(alternate, x, np.float32(1), 4, grid=1, block=1)
+    finally:
+        glb["_launch"], local.key = saved
+    assert misses == [] and called == functions * 3
+    # the table goes with the context: what it held is dropped when the context is gone
+    entry = weakref.ref(wheres[0][0].table[alternate])
+    _forget(wheres[0][0])
+    del alternate._cuda_front
+    gc.collect()
+    assert wheres[0][0].table == {} and entry() is None and alternate in wheres[1][0].table
 
 
 def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer():

@@ -174,13 +174,19 @@ def _create_context(dev: Any) -> Any:
 
 class ContextKey:
     """What the caches key on for one :class:`Context` (its ``token``): compared by identity,
-    holding the context weakly, so that no cache keeps a context the user dropped alive."""
+    holding the context weakly, so that no cache keeps a context the user dropped alive.
 
-    __slots__ = ("__weakref__", "name", "ref")
+    ``table`` is the core's *where table* of the context (its kernels' front entries, see
+    :meth:`specializer.launching.Launcher.where_table`): a launch's where is the context's
+    ``key``, a tuple, which cannot carry one. Nothing in it refers to the context; it is
+    emptied when the context is gone."""
+
+    __slots__ = ("__weakref__", "name", "ref", "table")
 
     def __init__(self, ctx: Context) -> None:
         self.ref = weakref.ref(ctx)
         self.name = ""
+        self.table: dict[Any, Any] = {}
 
     def context(self) -> Context | None:
         """The context (None once it was collected)."""
@@ -198,6 +204,7 @@ def _forget(token: ContextKey) -> None:
 
     launching.forget(token)
     _compiler._modules.pop(token, None)  # the modules loaded into it
+    token.table.clear()  # the front entries of its kernels
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:

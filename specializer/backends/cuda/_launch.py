@@ -24,7 +24,14 @@ from . import _params
 from . import _types as _types
 from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
 from ._compiler import COMPILER_KWARGS, LinkedKernel, compiler_config
-from ._driver import Context, current_context, current_key, launch_cooperative, local
+from ._driver import (
+    Context,
+    ContextKey,
+    current_context,
+    current_key,
+    launch_cooperative,
+    local,
+)
 
 __all__ = [
     "LAUNCH_OPTIONS",
@@ -228,13 +235,20 @@ class _CUDALauncher(launching.Launcher):
     def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
         return (where[0], _kwkey(kw)) if kw else where
 
+    def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
+        # A where is a context's key, (token, ()): a tuple, without a __dict__ for the
+        # core's default; its table is the token's (it lives as long as the context's
+        # caches and is emptied when the context is gone).
+        token = where[0] if where.__class__ is tuple and where else None
+        return token.table if token.__class__ is ContextKey else None
+
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
             # a CuArray by its class; a foreign array by its class (_CAI, _R) and then its
             # element type (this typestr), contiguity and mask
             return "array", cuarray_class(t.dtype), np.dtype(t.dtype).str
         if isinstance(t, type) and issubclass(t, Struct):
-            return "cls_dtype_0d", np.void, t.dtype
+            return "cls_dtype_1", np.void, t.dtype  # np.void or a one-element array
         if isinstance(t, type) and issubclass(t, WeakScalar):
             return "cls", t.pytype, None
         return "cls", t, None
