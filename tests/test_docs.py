@@ -69,7 +69,7 @@ def test_docs_block_runs(page, i, monkeypatch):
 def test_the_world_diagram_draws_each_range_and_marks_the_open_ones():
     sys.path.insert(0, str(DOCS / "_ext"))
     try:
-        from worlds import draw, parse
+        from worlddiagram import draw, parse
     finally:
         sys.path.remove(str(DOCS / "_ext"))
     text = draw(parse("a | 1 | 2\nb | 3 | *"))
