@@ -142,9 +142,7 @@ def _frozen(v: Any) -> Any:
 
 def _pointer(linked: LinkedKernel, i: int, a: Any) -> int:
     """The device pointer of a device array that is not a CuArray of the parameter's type
-    (or the pointer a foreign array's guard read, when it is not a Python int)."""
-    if isinstance(a, (int, np.integer)):
-        return int(a)
+    (a foreign array, typed by the slow path; on the fast path the guard reads it)."""
     return device_pointer(a)
 
 
