@@ -9,7 +9,7 @@ def cuda_entry_Array_np_float32_Weak_int(linked, miss, mismatch, unknown):
         if a0.__class__ is _own0:
             a0 = a0.ptr
         else:
-            a0 = _pointer(linked, 0, a0)
+            a0 = _pointer(a0)
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
         else:

@@ -9,7 +9,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
         if a2.__class__ is _own2:
             a2 = a2.ptr
         else:
-            a2 = _pointer(linked, 2, a2)
+            a2 = _pointer(a2)
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1
         else:

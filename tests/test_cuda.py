@@ -2049,6 +2049,30 @@ def test_a_one_element_array_of_a_struct_dtype_passes_by_value_like_a_0d_one():
         cuda.typeof(np.zeros(2, double3))  # two structs are no struct
 
 
+def test_a_captured_array_and_a_launch_array_reach_the_driver_as_pointers_on_every_path():
+    # the slow path reads both pointers; a HostKernel call reads the captured one, its guard
+    # the launch argument's
+    tt = (A[np.float32], A[np.float32], np.float32)
+    factory = cuda._launch._launcher._factory(tt, tt, 1, True)
+
+    class Instance:
+        values = (cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32),)
+
+    run, _, call = factory(Fun(tt), None, None, None)
+    rec = Recorder(tt)
+    glb = factory.__globals__
+    saved, glb["_launch"] = glb["_launch"], rec
+    try:
+        foreign = FakeCAI("<f4", ptr=0x7F00BEEF0000)
+        cuda.typeof(foreign)  # the slow path has typed one: its class has a reader
+        run((Instance.values[0], foreign, np.float32(2)), 1, 1, None, 0, False)
+        call(Instance(), None, foreign, np.float32(2), grid=1, block=1)
+    finally:
+        glb["_launch"] = saved
+    pointers = [(0x7F00DEAD0000).to_bytes(8, "little"), (0x7F00BEEF0000).to_bytes(8, "little")]
+    assert [c[4][:2] for c in rec.calls] == [pointers, pointers]
+
+
 def test_a_one_element_struct_array_passes_the_guard_as_a_0d_one_does():
     # the fast path takes what the slow path types as the struct, and nothing else
     double3 = np.dtype([("x", "<f8"), ("y", "<f8"), ("z", "<f8")])

@@ -140,12 +140,6 @@ def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, (Sequence, deque)) and not isinstance(v, (str, bytes)) else v
 
 
-def _pointer(linked: LinkedKernel, i: int, a: Any) -> int:
-    """The device pointer of a device array that is not a CuArray of the parameter's type
-    (a foreign array, typed by the slow path; on the fast path the guard reads it)."""
-    return device_pointer(a)
-
-
 def _cooperative(
     linked: LinkedKernel, grid: Any, block: Any, shared_mem: int, stream: Any, params: Any
 ) -> None:
@@ -257,7 +251,7 @@ class _CUDALauncher(launching.Launcher):
         namespace: dict[str, Any] = {
             **_params.namespace(resolved),
             "_local": local,
-            "_pointer": _pointer,
+            "_pointer": device_pointer,  # a foreign array's, on the slow path
             "_cooperative": _cooperative,
             "_half": _types.half_bits,
             "_R": FOREIGN,
