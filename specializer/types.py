@@ -32,6 +32,7 @@ __all__ = [
     "public_module",
     "resolve_weak",
     "type_name",
+    "weak_type",
 ]
 
 _intern_lock = threading.RLock()
@@ -232,6 +233,16 @@ WEAK: dict[type, type[WeakScalar]] = {
     bool: _weak(bool, np.bool_, np.bool_),
 }
 Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
+
+
+def weak_type(value: Any) -> type[WeakScalar] | None:
+    """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``, ...),
+    as of the scalar itself: ``bool`` before ``int``; None for anything else. A back-end's
+    ``typeof`` asks it after ``WEAK.get(type(value))`` and its own types."""
+    for py in (bool, int, float):
+        if isinstance(value, py):
+            return WEAK[py]
+    return None
 
 
 def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:

@@ -218,3 +218,21 @@ def test_code_for_a_weak_lookup_is_the_code_of_the_method_it_resolves_to():
     # ... while np.int32's code is still valid and reused
     ci4, _ = compile_and_link(CompilerJob(gf.methodinstance((np.int32,)), CONFIG, latest()), "ctx")
     assert ci4 is ci and ci.valid(latest())
+
+
+def test_subclasses_of_python_scalars_are_weak_in_both_back_ends_numpy_scalars_are_not():
+    import enum
+
+    from specializer.backends import cuda
+    from specializer.types import weak_type
+
+    class Color(enum.IntEnum):
+        RED = 1
+
+    class Meters(float):
+        pass
+
+    for typeof in (pytest.importorskip("specializer.backends.opencl").typeof, cuda.typeof):
+        assert typeof(Color.RED) is WI and typeof(Meters(2.5)) is WF and typeof(True) is WB
+        assert typeof(np.float64(1)) is np.float64  # a float subclass with a type of its own
+    assert weak_type(Color.RED) is WI and weak_type(False) is WB and weak_type("1") is None

@@ -63,7 +63,7 @@ from ..kernels import (
     uncached_lookup,
     unsupported_argument,
 )
-from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name
+from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name, weak_type
 from . import _pyopencl_private as _private
 
 __all__ = [
@@ -223,9 +223,9 @@ def typeof(value: Any) -> type:
             return base
     if isinstance(value, cl.MemoryObjectHolder):  # a sub-buffer, a pooled buffer, ...
         return Image if isinstance(value, cl.Image) else Buffer
-    for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
-        if isinstance(value, py):
-            return WEAK[py]
+    weak = weak_type(value)  # a subclass of a Python scalar (an IntEnum, ...)
+    if weak is not None:
+        return weak
     raise unsupported_argument(value, _ACCEPTED)
 
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ... import launching
 from ...kernels import Definitions, code_of, uncached_lookup, unsupported_argument
-from ...types import WEAK, Struct, WeakScalar, resolve_weak
+from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
 from . import _params
 from . import _types as _types
 from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
@@ -61,10 +61,10 @@ def typeof(value: Any) -> type:
         if value.dtype.names is None:
             raise unsupported_argument(value, _types.ACCEPTED)
         return _types.struct_type(value.dtype)
-    if not isinstance(value, np.generic):
-        for py in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
-            if isinstance(value, py):
-                return WEAK[py]
+    if not isinstance(value, np.generic):  # a subclass of a Python scalar (an IntEnum, ...)
+        weak = weak_type(value)
+        if weak is not None:
+            return weak
     return _types.typeof(value)
 
 
