@@ -541,15 +541,17 @@ def nvrtc_compile(
     kernel: str = "",
     name: str | None = None,
     headers: tuple[tuple[str, str], ...] = (),
+    included: str | None = None,
 ) -> NVRTCResult:
     """Compile ``source`` with NVRTC for ``arch`` (``sm_XX``: PTX and a cubin; ``compute_XX``:
     PTX), with the toolkit's header directories after ``options``, and find the lowered name
     of each name expression in ``expressions`` (``"fill"``, ``"reduce2<float>"``). ``name``
     is the program's name (default ``<kernel>.cu``), ``headers`` its in-memory headers as
     ``(include name, text)`` pairs. The disk cache is asked first and filled after; its key
-    holds the contents of every user file the source includes (:func:`included_digest`).
-    ``kernel`` names the kernel in messages. Raises :class:`~specializer.CompileError`
-    naming the kernel, the options and NVRTC's log."""
+    holds the contents of every user file the source includes (:func:`included_digest`;
+    ``included``, when the caller has computed it already). ``kernel`` names the kernel in
+    messages. Raises :class:`~specializer.CompileError` naming the kernel, the options and
+    NVRTC's log."""
     global _compiles
     label = f"kernel {kernel}" if kernel else "a CUDA program"
     for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
@@ -560,7 +562,8 @@ def nvrtc_compile(
             )
     opts = _compile_options(arch, tuple(options))
     program = _program_name(name, kernel)
-    included = included_digest(source, tuple(options), name, headers, kernel)
+    if included is None:
+        included = included_digest(source, tuple(options), name, headers, kernel)
     key = _disk_key(source, expressions, opts, name or "", headers, included)
     hit = _diskcache.load(key)
     if hit is not None and all(e in hit["lowered"] for e in expressions):
@@ -779,11 +782,11 @@ def compile_program(p: _Program, expression: str, kernel: str = "") -> tuple[str
     included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
     with _programs_lock:  # straight-line: the loops are in the called function
-        return _compile_program_locked(p, expression, kernel, key)
+        return _compile_program_locked(p, expression, kernel, key, included)
 
 
 def _compile_program_locked(
-    p: _Program, expression: str, kernel: str, key: str
+    p: _Program, expression: str, kernel: str, key: str, included: str
 ) -> tuple[str, NVRTCResult]:
     built = _programs.get(key, ())
     for r in built:
@@ -800,6 +803,7 @@ def _compile_program_locked(
         kernel=kernel,
         name=p.name,
         headers=p.headers,
+        included=included,  # the headers as the program's key read them
     )
     try:
         r = compile_((expression, *extra))
