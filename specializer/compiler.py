@@ -24,15 +24,12 @@ and finding code scans that, never the history.
 
 from __future__ import annotations
 
-import os
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
-from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
-from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, backedge_plan
+from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, register_backedges
 
 __all__ = [
     "Artifact",
@@ -87,7 +84,7 @@ class Backend(ABC):
 Dependency = tuple[GenericFunction, tuple[type, ...], Method]
 
 _config_keys: dict[tuple[int, Hashable], int] = {}
-_config_lock = threading.Lock()
+_config_lock = _world.new_lock(reentrant=False)
 
 
 class CompilerConfig:
@@ -188,17 +185,7 @@ class CodeInstance:
 _cache: dict[tuple[MethodInstance, int], tuple[CodeInstance, ...]] = {}
 #: Closed code instances kept because a live pin's world may still use them (see _sweep).
 _retained: dict[CodeInstance, None] = {}
-_cache_lock = threading.RLock()
-
-
-def _fresh_locks() -> None:
-    # In a forked child: a thread of the parent may have held them, and it is not there.
-    global _cache_lock, _config_lock
-    _cache_lock, _config_lock = threading.RLock(), threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_locks)
+_cache_lock = _world.new_lock()
 _compiles = 0
 
 
@@ -250,7 +237,6 @@ def _same_names_note(job: CompilerJob) -> str:
 def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
     global _compiles
     with _world.lock():
-        _world.settle()
         deps = _dependencies(job)
     try:
         artifact = job.config.backend.compile(job)  # raises: nothing is stored
@@ -263,35 +249,26 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
 
 def _key(mi: MethodInstance, config: CompilerConfig) -> tuple[MethodInstance, int]:
     """The cache's key of (method instance, config): hashed and compared in C (a config's own
-    ``__hash__`` is Python code, which must not run inside a commit; see world.commit)."""
+    ``__hash__`` is Python code, slower on the lookup's miss path)."""
     return (mi, config._key)
 
 
 def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
-    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used: the
-    edges and the cache entry in one commit, so no interrupt leaves code in the cache that no
-    definition could end."""
-    with _world.lock():
-        _world.settle()
-        _world.commit(_store_plan(job, ci, deps))
-
-
-def _store_plan(
-    job: CompilerJob, ci: CodeInstance, deps: list[Dependency]
-) -> list[Callable[[], object]]:
+    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used. The
+    edges are registered before the code is published by one store, so no interrupt leaves
+    code in the cache that no definition could end."""
     key = _key(job.mi, job.config)
-    entry = (ci, *_cache.get(key, ()))
-    # A definition made since the job's world ran before these edges existed: if any
-    # dispatch changed since, trust this code in its own world only (and register
-    # nothing: no later definition can end a range that is already closed).
-    latest = _world.latest()
-    if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
-        return [
-            partial(setattr, ci, "max_world", job.world),
-            partial(_retained.__setitem__, ci, None),  # released once no pin needs it
-            partial(_cache.__setitem__, key, entry),
-        ]
-    return backedge_plan(ci, deps, [partial(_cache.__setitem__, key, entry)])
+    with _world.lock():
+        # A definition made since the job's world ran before these edges existed: if any
+        # dispatch changed since, trust this code in its own world only (and register
+        # nothing: no later definition can end a range that is already closed).
+        latest = _world.latest()
+        if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
+            ci.max_world = job.world
+            _retained[ci] = None  # released once no pin needs it
+        else:
+            register_backedges(ci, deps)
+        _cache[key] = (ci, *_cache.get(key, ()))  # the one publishing store
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:
@@ -302,34 +279,28 @@ def _find(job: CompilerJob) -> CodeInstance | None:
     return None
 
 
-def _sweep(ended: list[Any]) -> None:
-    """Release the code no world can reach: of the code instances ``ended`` (whose range a
-    definition just closed) and those kept before for a pinned world, each one not valid in
-    a world a live pin holds is dropped from the cache with its linked handles. (Code still
-    valid in the latest world is never closed, so never here.) Runs after each definition,
-    with the world lock held; plans, then commits."""
-    retained = {**_retained, **{ci: None for ci in ended if isinstance(ci, CodeInstance)}}
-    if not retained:
+def _sweep(ended: list[Any], after: bool) -> None:
+    """A definition's part in the cache, with the world lock held. Before it closes the code
+    instances ``ended``, they are recorded as closed (``_retained``); after its world is
+    published, each recorded one that no live pin's world can use is dropped from the cache
+    with its linked handles. (An interrupt between the two leaves the record, so the next
+    definition's sweep releases them.)"""
+    if not after:
+        for ci in ended:
+            if isinstance(ci, CodeInstance):
+                _retained[ci] = None
         return
     pinned = _world.pinned_worlds()
-    ops = [partial(_retained.__setitem__, ci, None) for ci in retained if ci not in _retained]
-    entries: dict[tuple[Any, ...], tuple[CodeInstance, ...]] = {}
-    for ci in retained:
+    for ci in list(_retained):
         if any(ci.min_world <= w <= ci.max_world for w in pinned):
             continue
         key = _key(ci.mi, ci.config)
-        entries[key] = tuple(c for c in entries.get(key, _cache.get(key, ())) if c is not ci)
-        ops.append(partial(_retained.pop, ci, None))
-    for key, kept in entries.items():
+        kept = tuple(c for c in _cache.get(key, ()) if c is not ci)
         if kept:
-            ops.append(partial(_cache.__setitem__, key, kept))
+            _cache[key] = kept
         else:
-            ops.append(partial(_forget_entry, key))
-    _world.commit(ops)
-
-
-def _forget_entry(key: tuple[MethodInstance, int]) -> None:
-    _cache.pop(key, None)  # idempotent, as a planned step must be
+            _cache.pop(key, None)
+        _retained.pop(ci, None)  # after the cache lets it go: a record never outlives less
 
 
 _on_invalidate.append(_sweep)

@@ -69,7 +69,7 @@ Template blocks (each rendered at the indentation shown; ``entry.py.j2`` renders
 
 A template receives names, counts and kinds, never values: ``captured``, ``instance``,
 ``guards``, ``kinds``, ``options``, ``defaults``, ``lifted``, ``all_lifted``, ``where``; the
-guard's classes and dtypes are globals ``_C<i>``/``_D<i>``, ``_WORLD`` is the world cell, and
+guard's classes and dtypes are globals ``_C<i>``/``_D<i>``, ``_TASK()[0]`` is the task's world, and
 the rest are the globals :meth:`Launcher.kinds` returns. A back-end's mistake is refused when
 it is made (:class:`Launcher` renders its template then): a ``defaults`` value outside the
 four, a ``where`` block that assigns nothing to ``where_name``.
@@ -131,7 +131,6 @@ from __future__ import annotations
 import ast
 import functools
 import os
-import threading
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -197,7 +196,7 @@ _DEFAULTS = ("required", "none", "zero", "false")
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 #: the generated code of each signature, per back-end (code, not state: see the docstring)
 _factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
-_factories_lock = threading.Lock()
+_factories_lock = _world.new_lock(reentrant=False)
 
 
 class Launcher:
@@ -396,7 +395,7 @@ class Launcher:
         """The generated function's name parts, globals and template parameters for one
         signature (what ``tools/regen_generated.py`` renders for review too)."""
         guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
-        namespace = {"_WORLD": _world.WORLD, "_ndarray": np.ndarray, **namespace}
+        namespace = {"_TASK": _world.task_cell, "_ndarray": np.ndarray, **namespace}
         for i, t in enumerate(full[ncaptured:], ncaptured):
             _, cls, dtype = self.guard_of(t)
             namespace[f"_C{i}"] = cls
@@ -450,7 +449,7 @@ class Launcher:
                 kw = {**kw, k: v}
         where, opts = self.resolve(opts[:n])
         tt = self.argtypes(args, F)
-        w = _world.WORLD[0]  # before the lookup: see _publish
+        w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
         linked = self._lookup(F, tt, key)
         run, front, _ = self.bound(linked, tt, F)
@@ -459,9 +458,9 @@ class Launcher:
 
     def _publish(self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any) -> None:
         # Only for the world the lookup ran in, and only if that is still the latest world:
-        # not while a pin, a hook or precompile mode is on (w is None then, or WORLD[0] is by
-        # now), nor when a definition raised the world during the lookup.
-        if w is not None and _world.WORLD[0] is w:
+        # not in a pinned task, nor while a hook or precompile mode is on (w is None then, or
+        # is by now), nor when a definition raised the world during the lookup.
+        if w is not None and _world.task_cell()[0] == w:
             kw = _frozen(kw)
             if kw is NOTHING:  # a value of a type that may change in place: no entry
                 return

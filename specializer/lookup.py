@@ -4,12 +4,12 @@ Back-ends wrap their lookup (dispatch, config, compiled-code cache, per-context
 handle) in it. It remembers the result per (call site, F, tt, key type, V) and
 reuses it while the task's world and the key are the same.
 
-Each such tuple gets its own function, rendered from ``templates/lookup.py.j2``
-and exec'd on first use. Its cache is its own defaults: the most recent
-(world, key, result) entry, then a tuple of the older ones (four in all), published
-on a miss by one assignment of a new ``__defaults__`` tuple. A hit therefore takes no lock, hashes
-nothing and allocates nothing: a reader sees either the old tuple or the new one,
-never a torn entry.
+Each such tuple gets its own function, rendered from ``templates/lookup.py.j2`` and
+exec'd on first use. Its cache is one cell (a one-item list) bound once as a default and
+never rebound: the cell holds an immutable tuple of the four most recent (world, key,
+result) entries, replaced whole by one store on a miss. A hit therefore takes no lock,
+hashes nothing and allocates nothing: a reader sees either the old tuple or the new one,
+never a torn entry. Worlds compare by value.
 
 Why the world must match exactly: code that is still *valid* in the current
 world is not enough. After compiling ``f(::Number)`` for an int, adding
@@ -31,8 +31,6 @@ name.
 from __future__ import annotations
 
 import functools
-import os
-import threading
 import weakref
 from collections.abc import Callable
 from types import CodeType, FunctionType
@@ -49,39 +47,34 @@ R = TypeVar("R")
 #: How many recent results each specialized lookup keeps.
 ENTRIES = 4
 
-_EMPTY = object()  # the world of an empty entry: never the same object as a world
+#: An empty entry's world: no world is 0 (worlds start at 1), so it never matches.
+_NO_WORLD = 0
+_EMPTY_ENTRIES = (_NO_WORLD, None, None) * ENTRIES
 
 
 class _Spec:
     """The state a specialized function's miss path needs (never touched by a hit)."""
 
-    __slots__ = ("K", "V", "fn", "what")
+    __slots__ = ("K", "V", "cell", "what")
 
     def __init__(self, V: type, K: type, what: str) -> None:
         self.V = V
         self.K = K
         self.what = what
-        self.fn: FunctionType | None = None  # set once the function is made (it refers to this)
-
-    def function(self) -> FunctionType:
-        if self.fn is None:
-            raise RuntimeError(f"the lookup for {self.what} is not made yet")
-        return self.fn
+        #: the cache: ``cell[0]`` is the entries tuple (bound once into the function)
+        self.cell: list[tuple[Any, ...]] = [_EMPTY_ENTRIES]
 
 
-def _entries(fn: FunctionType) -> list[tuple[int, Any, Any]]:
-    _, w0, k0, r0, older = fn.__defaults__ or ()
-    flat = (w0, k0, r0, *older)
-    return [flat[i : i + 3] for i in range(0, len(flat), 3) if flat[i] is not _EMPTY]
+def _entries(cell: list[tuple[Any, ...]]) -> list[tuple[Any, Any, Any]]:
+    flat = cell[0]
+    return [flat[i : i + 3] for i in range(0, len(flat), 3) if flat[i] != _NO_WORLD]
 
 
-def _defaults(entries: list[tuple[int, Any, Any]]) -> tuple[Any, ...]:
-    """The defaults that hold ``entries``: the world cell, the newest entry, the older ones."""
+def _flat(entries: list[tuple[Any, Any, Any]]) -> tuple[Any, ...]:
     flat: list[Any] = []
-    for e in entries:
+    for e in entries[:ENTRIES]:
         flat.extend(e)
-    flat.extend((_EMPTY, None, None) * (ENTRIES - len(entries)))
-    return (_world.WORLD, *flat[:3], tuple(flat[3:]))
+    return (*flat, *(_NO_WORLD, None, None) * (ENTRIES - len(entries[:ENTRIES])))
 
 
 def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
@@ -91,41 +84,29 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"{type_name(type(key))}: it takes keys of type {type_name(spec.K)} (specialize "
             "once per key type, or use cached_lookup, which does)"
         )
-    if _world.WORLD[0] is None:  # a pin, hook or block may have ended since: see refresh
-        _world.refresh()
+    _world.unpin_ended()  # a task that outlived its pin: the hot path again from now on
+    _world.refresh()  # a publication interrupted between its stores: set WORLD again
     w = _world.current()  # the one world this call runs in
     bypass = _world.bypassing()
-    if not bypass:
-        # The hit compared worlds by identity; an equal world held by another int object
-        # (stored by a pinned task, or read while pinned) is the same world.
-        for ew, ek, er in _entries(spec.function()):
+    if not bypass:  # a pinned task's hit: its world's entry, compared by value
+        for ew, ek, er in _entries(spec.cell):
             if ew == w and (ek is key or ek == key):
                 return er
-    try:
-        result = _world.invoke_in_world(w, lookup)
-    finally:
-        _world.refresh()  # the pin ended with the call: let the hot path back in
+    result = _world.invoke_in_world(w, lookup)
     if not isinstance(result, spec.V):
         raise TypeError(
             f"the lookup for {spec.what} returned {type(result).__name__}, "
             f"not {type_name(spec.V)}: nothing was stored"
         )
     if not (bypass or _world.bypassing()):
-        _store(spec, w, key, result)
+        with _lock:  # stores only; a hit never takes it
+            kept = [
+                (ew, ek, er)
+                for ew, ek, er in _entries(spec.cell)
+                if not (ew == w and (ek is key or ek == key))
+            ]
+            spec.cell[0] = _flat([(w, key, result), *kept])  # the one publishing store
     return result
-
-
-def _others(fn: FunctionType, w: Any, key: Any) -> list[tuple[Any, Any, Any]]:
-    return [
-        (ew, ek, er) for ew, ek, er in _entries(fn) if not (ew == w and (ek is key or ek == key))
-    ]
-
-
-def _store(spec: _Spec, w: int, key: Any, result: Any) -> None:
-    fn = spec.function()
-    with _lock:  # publishers only; a hit never takes it (straight-line: see world)
-        kept = _others(fn, w, key)
-        fn.__defaults__ = _defaults([(w, key, result), *kept][:ENTRIES])  # one publishing store
 
 
 def forget_key(part: Any) -> None:
@@ -139,9 +120,10 @@ def forget_key(part: Any) -> None:
         return k is part or (k.__class__ is tuple and any(x is part for x in k))
 
     for fn in list(_specializations.values()):
-        entries = _entries(fn)
+        cell = fn.__defaults__[1]  # type: ignore[index]  # (task_cell, cell), bound once
+        entries = _entries(cell)
         if any(named(k) for _, k, _ in entries):
-            fn.__defaults__ = _defaults([e for e in entries if not named(e[1])])
+            cell[0] = _flat([e for e in entries if not named(e[1])])
 
 
 _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], FunctionType] = {}
@@ -151,17 +133,7 @@ _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], FunctionTy
 #: unique: the callback runs before the code's memory can be reused.
 _sites: dict[int, tuple[Any, list[tuple[int, Any, tuple[type, ...], type, type]]]] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
-_lock = threading.RLock()
-
-
-def _fresh_lock() -> None:
-    # In a forked child: a thread of the parent may have held it, and it is not there.
-    global _lock
-    _lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_lock)
+_lock = _world.new_lock()
 
 
 def _release_site(site_id: int, _ref: object = None) -> None:
@@ -239,8 +211,7 @@ def specialize(
             f"cached_lookup: V={type_name(V)}, {what}",
             entries=ENTRIES,
         )
-        fn.__defaults__ = _defaults([])
-        spec.fn = fn
+        fn.__defaults__ = (_world.task_cell, spec.cell)  # bound once, never rebound
         _register_site(code, ident)
         _specializations[ident] = fn
     return fn

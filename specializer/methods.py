@@ -17,8 +17,7 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
-from typing import Any, Protocol, TypeGuard
+from typing import Any, NamedTuple, Protocol, TypeGuard
 
 from . import world as _world
 from .types import WeakScalar, is_subtype, public_module, resolve_weak, type_name
@@ -182,7 +181,7 @@ class MethodInstance:
 class Backedge(Protocol):
     """What code compiled against a dispatch registers (see :func:`register_backedges`):
     an object hashed by identity whose ``max_world`` a definition lowers to end its
-    validity. (Set as an attribute, inside the definition's one commit, never by a call.)"""
+    validity. (Set as an attribute, with the world lock held, never by a call.)"""
 
     max_world: int
 
@@ -276,62 +275,54 @@ class _Dispatch:
 #: How many world ranges the dispatch cache keeps per signature (the newest ones).
 DISPATCH_DEPTH = 4
 
-#: Where each backedge is registered: edge -> ((generic function, tt), ...).
+#: Where each backedge is registered: edge -> ((generic function, tt), ...). Changed under
+#: the world lock only, one store at a time.
 _edge_sites: dict[Any, tuple[tuple[GenericFunction, tuple[type, ...]], ...]] = {}
-#: Called, with the world lock held, with the edges a definition (or a store) ended.
-_on_invalidate: list[Callable[[list[Any]], None]] = []
+#: Told, with the world lock held, of the edges a definition is about to end, before it ends
+#: them (the compiled-code cache records them for its sweep), and again after the new world
+#: is published (it sweeps).
+_on_invalidate: list[Callable[[list[Any], bool], None]] = []
 
 
 def register_backedges(
     edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
 ) -> None:
-    """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``, all at once: a definition
-    that makes ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s
-    validity (sets its ``max_world``) and removes it from every place it is registered."""
-    with _world.lock():
-        _world.settle()
-        _world.commit(backedge_plan(edge, deps))
-
-
-def backedge_plan(
-    edge: Backedge,
-    deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]],
-    also: Iterable[Any] = (),
-) -> list[Any]:
-    """The steps (for world.commit) that register ``edge`` as :func:`register_backedges`
-    does, then ``also``. Call with the world lock held."""
+    """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``: a definition that makes
+    ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity (sets
+    its ``max_world``). Call with the world lock held, before the code ``edge`` stands for is
+    published (an edge without its code is harmless; code without its edge would be wrong)."""
     sites = _edge_sites.get(edge, ())
-    ops = []
-    new_tables: dict[tuple[int, tuple[type, ...]], dict[Any, Method]] = {}
     for gf, tt, method in deps:
         table = gf._edges.get(tt)
         if table is None:
-            table = new_tables.get((id(gf), tt))
-            if table is None:
-                table = new_tables[id(gf), tt] = {}
-                ops.append(partial(gf._edges.__setitem__, tt, table))
-        ops.append(partial(table.__setitem__, edge, method))
+            table = gf._edges.setdefault(tt, {})
+        table[edge] = method
         sites = (*sites, (gf, tt))
-    ops.append(partial(_edge_sites.__setitem__, edge, sites))
-    ops.extend(also)
-    return ops
+    _edge_sites[edge] = sites
 
 
-def _close_edges(edges: Iterable[Any], max_world: int, ops: list[Any]) -> None:
-    """Append to ``ops`` what ends each edge's validity at ``max_world`` and unregisters it."""
+def _close_edges(edges: Iterable[Any], max_world: int) -> None:
+    """End each edge's validity at ``max_world`` and unregister it."""
     for edge in edges:
         if edge.max_world > max_world:
-            ops.append(partial(setattr, edge, "max_world", max_world))
-        for gf, tt in _edge_sites.get(edge, ()):
+            edge.max_world = max_world
+        for gf, tt in _edge_sites.pop(edge, ()):
             table = gf._edges.get(tt)
             if table is not None:
-                ops.append(partial(table.pop, edge, None))
-        ops.append(partial(_edge_sites.pop, edge, None))
+                table.pop(edge, None)
 
 
-def _invalidated(ended: list[Any]) -> None:
-    for listener in _on_invalidate:
-        listener(ended)
+class _Table(NamedTuple):
+    """A generic function's methods as one value, replaced whole by each definition."""
+
+    #: every method ever defined, in order (an older world dispatches through them)
+    history: tuple[Method, ...]
+    #: the methods visible in every world from ``since`` on
+    live: tuple[Method, ...]
+    since: int
+    #: tt -> cached dispatches, newest first: a memo of this table, filled under the world
+    #: lock with dispatches computed from it; a new table starts a new one
+    dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
 
 
 class GenericFunction:
@@ -341,7 +332,7 @@ class GenericFunction:
     Julia's method cache does: a lookup in a world that one of them covers costs a dict
     lookup and a range check, whatever the number of methods and of earlier definitions. A
     miss in a world from the newest definition on looks only at the methods visible there
-    (:attr:`_live`); only a miss in an older world scans the whole history. A definition
+    (the table's ``live``); only a miss in an older world scans the whole history. A definition
     ends the ranges (and the backedges) of the signatures whose dispatch it changes, and
     only those: it looks at each cached signature once, not at every method ever defined.
     """
@@ -350,14 +341,8 @@ class GenericFunction:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a generic function's name is a non-empty str, got {name!r}")
         self.name = name
-        #: every method ever defined here, in order (an older world dispatches through them)
-        #: (a dict used as an ordered set: adding a method is an idempotent store, as a
-        #: planned step must be: see world.commit)
-        self._history: dict[Method, None] = {}
-        #: (the methods visible in every world from ``since`` on, ``since``): replaced whole
-        self._live: tuple[tuple[Method, ...], int] = ((), 0)
-        #: tt -> cached dispatches, newest (highest min_world) first: replaced whole
-        self._cache: dict[tuple[type, ...], tuple[_Dispatch, ...]] = {}
+        #: the methods, their ranges and the dispatch memo: one value, published by one store
+        self._table = _Table((), (), 0, {})
         #: tt -> {edge: the method it expects tt to dispatch to}
         self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
 
@@ -414,46 +399,61 @@ class GenericFunction:
             sig = signature_of(fn, localns)
         else:
             sig = _check_tt(self.name, signature, "signature")
-        with _world.lock():  # straight-line: the loops are in _define
-            _world.settle()
-            method, ops, ended = self._define(fn, sig, callees)
-            _world.commit(ops)
-            _invalidated(ended)
-        return method
+        with _world.lock():
+            return self._define(fn, sig, callees)
 
     def _define(
         self, fn: Callable[..., Any], sig: tuple[type, ...], callees: tuple[GenericFunction, ...]
-    ) -> tuple[Method, list[Any], list[Any]]:
-        """Plan a definition (touching nothing): the new method, the steps that make it (for
-        world.commit, the new world's counter last) and the edges it ends. A reader, another
-        thread, or an interrupt sees the table and the world either wholly before this
-        definition or wholly after. Call with the world lock held."""
-        new_world = _world.latest() + 1
+    ) -> Method:
+        """Make a definition in world ``latest() + 1``. Call with the world lock held.
+
+        Everything is computed aside from the current table, then stored in an order whose
+        every intermediate state is valid:
+
+        1. the code and dispatches it changes are closed at the current world (no reader is
+           in a later one yet, so this changes nothing they see; the compiled-code cache
+           records the closed code first, so a later sweep finds it whatever happens next);
+        2. the new table is published: all it changes is from the new world on;
+        3. the new world is published: from here the definition is seen whole;
+        4. code no world can reach is released (the sweep).
+
+        An interrupt before 2 leaves the definition not made; after 2, it is made whole,
+        seen from the next world published (this one's, or the next definition's or bump's,
+        whichever comes first: the table holds it already).
+        """
+        latest = _world.latest()
+        new_world = latest + 1
+        old = self._table
         method = Method(self, fn, sig, callees, new_world)
-        live, _ = self._live
-        replaced = [m for m in live if m.signature == sig]
-        new_live = (*(m for m in live if m.signature != sig), method)
-        ops: list[Any] = [partial(setattr, m, "max_world", new_world - 1) for m in replaced]
-        ended: list[Any] = []
+        replaced = [m for m in old.live if m.signature == sig]
+        live = (*(m for m in old.live if m.signature != sig), method)
         # Only signatures the new method takes can dispatch differently now (a replaced
         # method has the new one's signature).
-        for tt, entries in self._cache.items():
+        dispatch = {}
+        for tt, entries in old.dispatch.items():
             e = entries[0]
             if (
                 e.max_world >= _world.WORLD_MAX
                 and method.applies_weak(tt)
-                and self._select_or_none(tt, new_live) is not e.mi.method
+                and self._select_or_none(tt, live) is not e.mi.method
             ):
-                ops.append(partial(setattr, e, "max_world", new_world - 1))
+                entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
+            dispatch[tt] = entries
+        ended = []
         for tt, table in self._edges.items():
             if table and method.applies_weak(tt):
-                now = self._select_or_none(tt, new_live)
+                now = self._select_or_none(tt, live)
                 ended.extend(edge for edge, m in table.items() if m is not now)
-        _close_edges(ended, new_world - 1, ops)
-        ops.append(partial(self._history.__setitem__, method, None))
-        ops.append(partial(setattr, self, "_live", (new_live, new_world)))
-        ops.extend(_world.advance_ops(new_world))
-        return method, ops, ended
+        for listener in _on_invalidate:
+            listener(ended, False)
+        _close_edges(ended, latest)  # 1
+        self._table = _Table((*old.history, method), live, new_world, dispatch)  # 2
+        for m in replaced:
+            m.max_world = latest  # read for worlds before the table's ``since`` only
+        _world.publish_world(new_world)  # 3
+        for listener in _on_invalidate:
+            listener(ended, True)  # 4
+        return method
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -463,10 +463,10 @@ class GenericFunction:
         return list(self._visible(w))
 
     def _visible(self, world: int) -> Sequence[Method]:
-        live, since = self._live
-        if world >= since:
-            return live
-        return [m for m in self._history if m.visible(world)]
+        t = self._table
+        if world >= t.since:
+            return t.live
+        return [m for m in t.history if m.visible(world)]
 
     def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
         return self._select(tt, self._visible(world), world)
@@ -522,14 +522,15 @@ class GenericFunction:
     def _range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
         """The worlds around ``world`` in which the methods that could take ``tt`` (and so
         its dispatch) are the same as in ``world``."""
-        live, since = self._live
+        t = self._table
+        live, since = t.live, t.since
         if world >= since:
             # Every live method is visible from ``since`` on; a replaced method's range
             # ends where its (live, equally applicable) replacement's begins.
             lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
             return lo, _world.WORLD_MAX
         lo, hi = 1, _world.WORLD_MAX
-        for m in self._history:
+        for m in t.history:
             if not m.applies_weak(tt):
                 continue
             if m.max_world < world:
@@ -544,7 +545,7 @@ class GenericFunction:
         """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``
         (with each weak type in it replaced by the concrete type it takes)."""
         if world is None:
-            w = _world.WORLD[0]
+            w = _world.task_cell()[0]
             if w is None:
                 w = _world.current()
         elif world.__class__ is int:
@@ -552,7 +553,7 @@ class GenericFunction:
         else:
             w = _as_world(self.name, world)
         try:
-            entries = self._cache.get(tt)
+            entries = self._table.dispatch.get(tt)
         except TypeError:  # unhashable: not a tuple of types (said below)
             entries = None
         if entries is not None:
@@ -565,12 +566,12 @@ class GenericFunction:
         _check_tt(self.name, tt)
         # Under the world lock, so no definition runs between reading the table and storing
         # the range computed from it (which that definition would then fail to end).
-        with _world.lock():  # straight-line: the loops are in _dispatch_and_cache
-            _world.settle()
+        with _world.lock():
             return self._dispatch_and_cache(tt, w)
 
     def _dispatch_and_cache(self, tt: tuple[type, ...], w: int) -> MethodInstance:
-        entries = self._cache.get(tt, ())
+        memo = self._table.dispatch
+        entries = memo.get(tt, ())
         for e in entries:
             if e.min_world <= w <= e.max_world:
                 return e.mi
@@ -579,7 +580,7 @@ class GenericFunction:
         if w <= _world.latest():
             lo, hi = self._range(tt, w)
             kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
-            self._cache[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
+            memo[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
         return mi
 
     # -- backedges -----------------------------------------------------------------------
@@ -593,7 +594,8 @@ class GenericFunction:
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
         if not isinstance(getattr(edge, "max_world", None), int):
             raise TypeError(f"edge has an int max_world (its validity's end), got {edge!r}")
-        register_backedges(edge, [(self, tt, method)])
+        with _world.lock():
+            register_backedges(edge, [(self, tt, method)])
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges: (tt, expected method, edge)."""

@@ -5,7 +5,8 @@ cache would be serialized with its callers, and world numbers and device handles
 mean nothing in another session. Here, while the mode is on, cached lookups store
 nothing (every call runs its lookup) and writing generated source to disk is
 refused. Turn it on with ``SPECIALIZER_PRECOMPILE_OUTPUT=1``,
-``precompile_output(True)`` (for good), or ``with precompile_output():`` (for a block).
+``precompile_output(True)`` (until switched again), or ``with precompile_output():`` (for a
+block).
 """
 
 from __future__ import annotations
@@ -30,28 +31,35 @@ def generating_output() -> bool:
 
 
 class precompile_output(_world.Block):
-    """Switch precompile-output mode on (``precompile_output()``, ``precompile_output(True)``)
-    or off (``precompile_output(False)``), at once; as a context manager, for a block.
+    """Precompile-output mode, as a block or a switch.
 
-    A plain call switches the mode until the next switch. ``with precompile_output(on):``
-    switches it too as it is called, and as the block begins that switch becomes the
-    block's (it is undone, unless another switch came since): inside, the mode is that of
-    the innermost block (the one entered last of those still active, in any thread), and
-    once the last block ends it is the mode as last switched outright. So blocks nest and
-    overlap across threads, and however a block ends, it ends.
+    ``with precompile_output():`` turns the mode on for the block: nothing changes until the
+    block is entered, so an interrupt before the with statement begins leaves the mode as it
+    was. Blocks nest and overlap across threads; inside, the mode is that of the innermost
+    active block.
+
+    ``precompile_output(True)`` / ``precompile_output(False)`` switch the mode at once (a
+    build script's toggle), until the next switch; used as a block, it is also the innermost
+    block while it lasts, and its switch is undone on exit (the previous one is restored).
     """
 
     kind = "precompile"
 
-    def __init__(self, on: bool = True) -> None:
-        if not isinstance(on, (bool, int)):
+    def __init__(self, on: bool | None = None) -> None:
+        if on is not None and not isinstance(on, (bool, int)):
             raise TypeError(f"precompile_output(on): on is a bool, got {on!r}")
-        super().__init__(bool(on))
-        _world.switch_precompile(self, bool(on))  # takes effect now
+        self._switch = on is not None
+        super().__init__(True if on is None else bool(on))
+        self._previous = _world.switch_precompile(bool(on)) if self._switch else None
 
     def __enter__(self) -> precompile_output:
-        self._begin()
+        self._begin()  # the innermost block rules inside it, whatever the switches say
         return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self._end()
+        if self._switch:
+            _world.switch_precompile(self._previous)
 
 
 def refuse_write(path: str | os.PathLike[str]) -> None:

@@ -1,9 +1,9 @@
-import contextvars
 import gc
 import weakref
 
 import numpy as np
 import pytest
+from pinned import PinnedThread
 from pybackend import BACKEND, CONFIG, device, kernel, run, typeof
 
 import specializer
@@ -84,17 +84,17 @@ def test_old_world_reuses_the_code_compiled_for_it_while_a_pin_holds_that_world(
 
     assert uncached(app_cc, 3) == 9
     old = latest()
-    pinned = specializer.invoke_in_world(old, contextvars.copy_context)  # holds world `old`
+    with PinnedThread(old) as pinned:  # holds world `old`
 
-    @device
-    def sq_cc():
-        return "def sq_cc(v): return v * v * v"
+        @device
+        def sq_cc():
+            return "def sq_cc(v): return v * v * v"
 
-    assert uncached(app_cc, 3) == 27
-    n = compile_count()
-    assert pinned.run(uncached, app_cc, 3) == 9
-    assert specializer.invoke_in_world(old, uncached, app_cc, 3) == 9
-    assert compile_count() == n
+        assert uncached(app_cc, 3) == 27
+        n = compile_count()
+        assert pinned.run(uncached, app_cc, 3) == 9
+        assert specializer.invoke_in_world(old, uncached, app_cc, 3) == 9
+        assert compile_count() == n
 
 
 def test_an_older_world_whose_code_was_released_compiles_it_again():
@@ -173,7 +173,7 @@ def test_a_live_pin_keeps_its_worlds_code_until_the_pin_ends():
     assert uncached(pin_keep, 1) == "old"
     old = latest()
     artifact = weakref.ref(_code(pin_keep).artifact)
-    ctx = specializer.invoke_in_world(old, contextvars.copy_context)
+    pinned = PinnedThread(old)
 
     @kernel
     def pin_keep(x: np.number):
@@ -183,9 +183,8 @@ def test_a_live_pin_keeps_its_worlds_code_until_the_pin_ends():
     gc.collect()
     assert artifact() is not None  # the pinned world can still use it
     n = compile_count()
-    assert ctx.run(uncached, pin_keep, 1) == "old" and compile_count() == n
-    del ctx
-    gc.collect()
+    assert pinned.run(uncached, pin_keep, 1) == "old" and compile_count() == n
+    pinned.end()
     assert old not in specializer.world.pinned_worlds()
     specializer.GenericFunction("pin_keep_unrelated").add_method(lambda: "", signature=())
     gc.collect()
@@ -203,8 +202,8 @@ def test_code_compiled_for_a_pinned_older_world_is_released_when_the_pin_ends():
     def pin_old(x: np.number):
         return "def pin_old(x): return 'new'"
 
-    ctx = specializer.invoke_in_world(old, contextvars.copy_context)
-    assert ctx.run(uncached, pin_old, 1) == "old"  # compiled now, for `old` only
+    pinned = PinnedThread(old)
+    assert pinned.run(uncached, pin_old, 1) == "old"  # compiled now, for `old` only
     (ci,) = [c for k, cs in compiler._cache.items() if k[0].method.gf is pin_old for c in cs]
     assert ci.max_world == old
     artifact = weakref.ref(ci.artifact)
@@ -213,7 +212,7 @@ def test_code_compiled_for_a_pinned_older_world_is_released_when_the_pin_ends():
     specializer.GenericFunction("pin_old_unrelated").add_method(lambda: "", signature=())
     gc.collect()
     assert artifact() is not None
-    del ctx
+    pinned.end()
     specializer.GenericFunction("pin_old_unrelated").add_method(lambda: "", signature=())
     gc.collect()
     assert artifact() is None

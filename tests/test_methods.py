@@ -241,8 +241,8 @@ def test_a_definition_ends_only_the_cached_signatures_it_changes():
     i64 = gf.methodinstance((np.int64,))
     before = latest()
     gf.add_method(lambda x: "int64", signature=(np.int64,))
-    assert gf._cache[(np.float32,)][0].max_world == WORLD_MAX  # unchanged: still open
-    assert gf._cache[(np.int64,)][0].max_world == before  # changed: ended
+    assert gf._table.dispatch[(np.float32,)][0].max_world == WORLD_MAX  # unchanged: still open
+    assert gf._table.dispatch[(np.int64,)][0].max_world == before  # changed: ended
     assert gf.methodinstance((np.float32,)) is f32
     assert gf.methodinstance((np.int64,)).method.fn(0) == "int64"
     assert gf.methodinstance((np.int64,), before) is i64
@@ -253,13 +253,13 @@ def test_dispatch_and_definitions_do_not_look_at_replaced_methods(monkeypatch):
     for _ in range(300):
         gf.add_method(lambda x: 0, signature=(np.number,))
         gf.methodinstance((np.float32,))
-    assert len(gf._history) == 300 and len(gf.methods()) == 1
+    assert len(gf._table.history) == 300 and len(gf.methods()) == 1
     calls = _count_applies(monkeypatch)
     gf.add_method(lambda x: 1, signature=(np.number,))  # a redefinition
     mi = gf.methodinstance((np.float32,))  # and the miss after it
     assert mi.method.fn(0) == 1
     assert calls[0] <= 4  # the live method only, never the 300 replaced ones
-    assert len(gf._cache[(np.float32,)]) <= DISPATCH_DEPTH
+    assert len(gf._table.dispatch[(np.float32,)]) <= DISPATCH_DEPTH
 
 
 def test_an_older_world_still_dispatches_through_the_whole_history():

@@ -66,7 +66,22 @@ def test_pin_is_restored_when_the_function_raises():
     assert current() == latest()
 
 
-def test_asyncio_task_inherits_its_creators_pin_even_after_the_call_returns():
+def test_asyncio_task_runs_in_its_creators_pinned_world_while_the_call_lasts():
+    w = bump()
+    bump()
+
+    async def main():
+        return await asyncio.get_running_loop().create_task(world_now())
+
+    async def world_now():
+        await asyncio.sleep(0)
+        bump()  # the latest world moves on; the task stays in its creator's world
+        return current()
+
+    assert invoke_in_world(w, asyncio.run, main()) == w
+
+
+def test_a_task_that_outlives_its_pinned_call_runs_in_the_latest_world():
     w = bump()
     bump()
 
@@ -77,10 +92,11 @@ def test_asyncio_task_inherits_its_creators_pin_even_after_the_call_returns():
 
     async def world_later():
         await asyncio.sleep(0)
-        bump()  # the latest world moves on; the task stays in its world
-        return current()
+        return current(), latest()
 
-    assert asyncio.run(main()) == w
+    seen, newest = asyncio.run(main())
+    assert seen == newest != w  # the pin ended with its call (SPEC 9)
+    assert specializer.world.pins() == 0
 
 
 def test_new_thread_starts_unpinned():
@@ -292,26 +308,38 @@ def test_blocks_are_ordinary_context_managers():
             block.__exit__(None, None, None)
 
 
-def test_interleaved_precompile_switches_whose_blocks_begin_in_any_order_leave_the_mode_off():
-    """Two blocks made before either begins (as two threads may): each block withdraws its
-    own switch, whatever came between."""
+def test_a_precompile_block_without_a_flag_changes_nothing_until_it_is_entered():
+    """SPEC 6: an interrupt between the call and the with statement leaves the mode as it was."""
     from specializer import generating_output, precompile_output
 
-    a = precompile_output(True)
-    b = precompile_output(True)
-    with a:
+    block = precompile_output()
+    assert not generating_output()  # made, not entered: nothing changed
+    with block:
         assert generating_output()
-    assert generating_output()  # b's switch is still in effect
-    with b:
-        pass
+    assert not generating_output()
+    del block  # a block made and dropped unentered changes nothing either
+    precompile_output()
     assert not generating_output()
 
 
-def test_plain_precompile_switches_do_not_pile_up():
+def test_a_precompile_switch_takes_effect_at_once_and_its_block_restores_the_previous():
+    from specializer import generating_output, precompile_output
+
+    a = precompile_output(True)
+    assert generating_output()  # a build script's toggle: at once
+    with precompile_output(False):
+        assert not generating_output()
+    assert generating_output()  # restored on exit
+    with a:
+        pass
+    assert not generating_output()  # a's exit restores the mode before a was made
+
+
+def test_plain_precompile_switches_keep_no_state_per_switch():
     from specializer import generating_output, precompile_output, world
 
     for i in range(1000):
         precompile_output(i % 2 == 0)
-    assert not generating_output()  # the last one, for good
-    assert len(world.STATE.switches) <= 2  # the newest gone one, and the one made last
-    precompile_output(False)
+    assert not generating_output()  # the last one, until switched again
+    assert world.STATE.switch is False and world.STATE.blocks == ()
+    precompile_output(None).__exit__(None, None, None)  # hand the mode back to the environment
