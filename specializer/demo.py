@@ -117,7 +117,11 @@ def main(argv: list[str]) -> int:
     # -- 1. a more specific method -------------------------------------------------------
     @cl.kernel  # generic: every floating element type
     def scale(x: cl.Array[np.floating], a: np.floating) -> str:
-        t = cl.ctype(x.dtype)
+        # ctype imported here: using main()'s `cl` would make this def a closure, and a
+        # closure is a kernel of its own, not a method of the scale defined below
+        from specializer.backends.opencl import ctype
+
+        t = ctype(x.dtype)
         return f"""__kernel void scale(__global {t} *x, {t} a) {{
                        x[get_global_id(0)] *= a; }}"""
 

@@ -11,8 +11,10 @@ decorators), maps values to argument types with its own ``typeof`` (built on
 from __future__ import annotations
 
 import inspect
+import pickle
 import threading
-from collections.abc import Callable, Hashable, Iterable
+import weakref
+from collections.abc import Callable, Hashable, Iterable, MutableMapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -72,14 +74,27 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
 
 
 class _ByName:
-    """Kernels and device functions pickle by reference, as functions do: by the module and
-    qualified name they were defined under, so a worker process gets the one its own import
-    of that module defined (with its own worlds and handles; none of those are pickled)."""
+    """Kernels and device functions are named as functions are (``__module__``, ``__name__``,
+    ``__qualname__``) and pickle by reference, as functions do: by the module and qualified
+    name they were defined under, so a worker process gets the one its own import of that
+    module defined (with its own worlds and handles; none of those are pickled)."""
 
     __module__: str
+    __name__: str
     __qualname__: str
+    #: the closure cells of the definition that made it (``()`` without a closure): part of
+    #: its key in :class:`Definitions`, and held here so their ids there stay theirs
+    _cells: tuple[Any, ...]
 
     def __reduce__(self) -> str:
+        if self._cells or "<locals>" in self.__qualname__:
+            what = "kernel" if isinstance(self, Kernel) else "device function"
+            raise pickle.PicklingError(
+                f"{what} {self.__qualname__} of {self.__module__} was defined inside a "
+                "function, so it cannot be pickled: it pickles by name, as functions do, and "
+                "only a module-level definition has one a worker can import; define it at "
+                "module level (pass values with kernel.capture(...) instead of a closure)"
+            )
         return self.__qualname__
 
 
@@ -197,11 +212,16 @@ def code_of(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> Any:
     return compile_only(_job(F, tt, config)).artifact
 
 
-class Definitions:
-    """A back-end's ``kernel`` and ``device`` decorators, with their tables by module and name.
+_Key = tuple[str, str, type, frozenset[int]]
 
-    ``@kernel`` defines a generic kernel, or adds a method to the one of that name in that
-    module; running a ``def`` again with the same signature replaces the method.
+
+class Definitions:
+    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions.
+
+    ``@kernel`` defines a generic kernel, or adds a method to the one of that module and
+    qualified name; running a ``def`` again with the same signature replaces the method. A
+    closure (a ``def`` using variables of the function running it) is keyed by its closure
+    cells too: each run of a kernel factory gives its own kernel, held weakly here.
     """
 
     def __init__(
@@ -216,7 +236,13 @@ class Definitions:
         #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
         #: annotation must be at or below one of them or a numpy scalar type, or above one
         self.argtypes = tuple(argtypes)
-        self._table: dict[tuple[str, str, type], GenericFunction] = {}
+        #: (module, qualified name, class, ids of the closure cells) -> the definition. Those
+        #: with a closure are held weakly, so a factory's dropped products are freed (cells
+        #: take no weak references; a definition holds its cells, so their ids stay theirs)
+        self._table: dict[_Key, GenericFunction] = {}
+        self._closure_table: weakref.WeakValueDictionary[_Key, GenericFunction] = (
+            weakref.WeakValueDictionary()
+        )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
         self._lock = threading.Lock()
@@ -243,19 +269,29 @@ class Definitions:
                 why = self._unmatchable(t)
                 if why is not None:
                     raise TypeError(f"parameter {param!r} of kernel {name} is annotated {why}")
-        key = (getattr(fn, "__module__", None) or "", name, cls)
+        module = getattr(fn, "__module__", None) or ""
+        qualname = getattr(fn, "__qualname__", name)
+        cells = getattr(fn, "__closure__", None) or ()
+        key = (module, qualname, cls, frozenset(map(id, cells)))
+        table: MutableMapping[_Key, GenericFunction] = self._closure_table if cells else self._table
         with self._lock:
-            gf = self._table.get(key)
+            gf = table.get(key)
             if gf is None:
                 gf = self.kernel_class(name, self.typeof) if cls is Kernel else cls(name)
-                gf.__module__ = key[0]
-                gf.__qualname__ = getattr(fn, "__qualname__", name)
-                self._table[key] = gf
+                gf.__module__, gf.__name__, gf.__qualname__ = module, name, qualname
+                gf._cells = cells
+                table[key] = gf
         if sig is not None:
             gf.add_method(fn, signature=sig, callees=callees)
         else:
             gf.add_method(fn, callees=callees, localns=localns)
         return gf
+
+    def device_functions(self) -> list[DeviceFunction]:
+        """The device functions defined here (for a build error's hint)."""
+        with self._lock:
+            defined = [*self._table.values(), *self._closure_table.values()]
+        return [gf for gf in defined if isinstance(gf, DeviceFunction)]
 
     def _unmatchable(self, t: type) -> str | None:
         """Why no argument of this back-end can match annotation ``t`` (SPEC 8: "Annotations

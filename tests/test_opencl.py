@@ -1,7 +1,7 @@
 """The OpenCL back-end on real PoCL: kernels run, and each lookup is exactly right.
 
 Every kernel here has a name of its own: ``@cl.kernel`` adds a method to the kernel of that
-name in this module, so two tests defining ``fill`` would share one generic kernel.
+qualified name in this module, so two module-level ``fill`` definitions share one kernel.
 """
 
 from __future__ import annotations
@@ -413,21 +413,28 @@ def test_alternating_kernels_and_queues_each_get_their_own_lookup(queue, lookups
 def test_a_definition_made_while_a_lookup_runs_is_seen_by_the_next_lookup(queue):
     # The world rises while the lookup runs: its result belongs to the world it started in,
     # and the next lookup, in the newer world, must not reuse it.
-    @cl.device
-    def rising() -> str:
-        return "float rising(void) { return 1.0f; }"
+    def define_rising(first):  # one qualified name for both, so the second redefines
+        if first:
 
-    redefined = []
+            @cl.device
+            def rising() -> str:
+                return "float rising(void) { return 1.0f; }"
 
-    @cl.kernel(callees=[rising])
-    def uses_rising(x: F32) -> str:
-        if not redefined:
-            redefined.append(specializer.latest())
+        else:
 
             @cl.device
             def rising() -> str:
                 return "float rising(void) { return 2.0f; }"
 
+        return rising
+
+    redefined = []
+
+    @cl.kernel(callees=[define_rising(True)])
+    def uses_rising(x: F32) -> str:
+        if not redefined:
+            redefined.append(specializer.latest())
+            define_rising(False)
         return "__kernel void uses_rising(__global float *x) { x[get_global_id(0)] = rising(); }"
 
     x = zeros(queue, 4)

@@ -525,7 +525,7 @@ def _callee_hint(log: str) -> str:
 
 
 def _device_names() -> set[str]:
-    return {name for (_, name, cls) in list(_definitions._table) if cls is not Kernel}
+    return {gf.name for gf in _definitions.device_functions()}
 
 
 # One program per (context, source, build options, the user headers it includes): kernels

@@ -646,13 +646,12 @@ def _callee_hints(log: str, job: CompilerJob) -> list[str]:
     names = dict.fromkeys(_UNDEFINED.findall(log))
     if not names:
         return []
-    from ...kernels import DeviceFunction
     from ._launch import _definitions  # here: _launch imports this module
 
-    defined: dict[str, list[str]] = {}
-    for (module, name, cls), _gf in list(_definitions._table.items()):
-        if cls is DeviceFunction and name in names:
-            defined.setdefault(name, []).append(module)
+    defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it, in order
+    for gf in _definitions.device_functions():
+        if gf.name in names:
+            defined.setdefault(gf.name, {})[gf.__module__] = None
     listed = {mi.method.gf.name for mi in job.callees}
     hints = []
     for name in names:
