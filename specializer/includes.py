@@ -8,12 +8,18 @@ relative ``-Iinclude`` never share code. Toolkit and system headers are the back
 to count (by the toolkit's version); here an include that resolves to no user file counts
 by its name.
 
-The scan is textual and conservative: every ``#include "x"`` and ``#include <x>`` line
-counts, also one inside ``#if 0`` or a comment (a file keyed that the compiler skips
-costs nothing but a rebuild when it changes). Quoted includes look in the including
-file's own directory first, as C compilers do; then both kinds look in the in-memory
-headers and the include directories, in order. It backs no back-end in particular:
-:func:`digest` is what a back-end adds to its keys.
+The scan reads directives as a C preprocessor's phases 2 and 3 leave them: line
+continuations spliced and comments stripped (comment markers in string and character
+literals are text). It is conservative: every ``#include "x"`` and ``#include <x>`` counts,
+also one inside ``#if 0`` (a file keyed that the compiler skips costs nothing but a
+rebuild when it changes). Quoted includes look in the including file's own directory
+first, as C compilers do; then both kinds look in the in-memory headers and the include
+directories, in order. An include of a computed name (``#include HEADER``, a macro) counts
+every file under its search path (the including file's directory and the include
+directories, recursively) and every in-memory header: at most :data:`MAX_FILES` files of
+:data:`MAX_BYTES` in all. Past that cap the includes cannot be keyed: :func:`digest`
+returns a value never returned before, so the code is not reused (see :func:`keyed`). It
+backs no back-end in particular: :func:`digest` is what a back-end adds to its keys.
 """
 
 from __future__ import annotations
@@ -21,11 +27,27 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import uuid
 from collections.abc import Mapping, Sequence
 
-__all__ = ["digest", "include_dirs", "scan"]
+__all__ = ["MAX_BYTES", "MAX_FILES", "digest", "include_dirs", "keyed", "scan"]
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*(?:"([^"\n]+)"|<([^>\n]+)>)', re.M)
+#: The most files, and bytes in all, a computed include's search path may hold to be keyed.
+MAX_FILES = 256
+MAX_BYTES = 4 << 20
+
+_UNKEYED = "unkeyed:"
+
+# phase 2: a backslash ending a line joins the next (spaces before the newline, as GCC does)
+_SPLICE = re.compile(r"\\[ \t]*\r?\n")
+# phase 3: comments, and the literals whose text may hold comment markers
+_LEXEME = re.compile(
+    r"""//[^\n]*|/\*.*?(?:\*/|\Z)"""
+    r"""|\b(?:u8|[uUL])?R"([^()\\\s]{0,16})\(.*?\)\1"|"(?:\\.|[^"\\\n])*"?|'(?:\\.|[^'\\\n])*'?""",
+    re.S,
+)
+_INCLUDE = re.compile(r"^[^\S\n]*#[^\S\n]*include\b[^\S\n]*(.*)", re.M)
+_NAME = re.compile(r'"([^"\n]+)"|<([^>\n]+)>')
 
 
 def include_dirs(options: Sequence[str]) -> list[str]:
@@ -67,25 +89,72 @@ def scan(
     sorted tuple of ``(name, sha256 of the contents)``: ``file:<absolute path>`` for a file
     found in ``source_dir`` (quoted includes of the source), the including file's directory
     (quoted includes of a file) or ``include_dirs``; ``header:<name>`` for an in-memory
-    header; ``unresolved:<name>`` (with an empty digest) for one found in none of them."""
+    header; ``unresolved:<name>`` (with an empty digest) for one found in none of them. A
+    computed include adds every file under its search path and every in-memory header; past
+    the cap, ``unkeyed:<directory>`` (with an empty digest) ends the scan."""
     headers = dict(headers or {})
     dirs = [os.path.abspath(d) for d in include_dirs]
     found: dict[str, str] = {}
+    walked: set[str] = set()  # the directories whose every file counts already
+    budget = [MAX_FILES, MAX_BYTES]
     # (text, the directory quoted includes of it look in first, or None for in-memory text)
-    todo: list[tuple[str, str | None]] = [(source, source_dir)]
+    todo = [(source, os.path.abspath(source_dir) if source_dir else None)]
     while todo:
         text, here = todo.pop()
-        for m in _INCLUDE.finditer(text):
-            quoted, name = m.group(1) is not None, (m.group(1) or m.group(2)).strip()
-            key, content, where = _resolve(name, quoted, here, headers, dirs)
-            if key in found:
-                continue
-            if content is None:
-                found[key] = ""
-                continue
-            found[key] = _sha256(content.encode("utf-8", "surrogateescape"))
-            todo.append((content, where))
+        for m in _INCLUDE.finditer(_directives(text)):
+            named = _NAME.match(m.group(1))
+            if named:
+                quoted, name = named.group(1) is not None, (named.group(1) or named.group(2))
+                files = [_resolve(name.strip(), quoted, here, headers, dirs)]
+            else:  # a macro names the file: any file it may name counts
+                roots = [d for d in dict.fromkeys([here, *dirs]) if d]
+                paths = _files_under(roots, walked, budget)
+                if paths is None:
+                    found[_UNKEYED + os.pathsep.join(roots)] = ""
+                    return tuple(sorted(found.items()))
+                files = [f for f in map(_read, paths) if f is not None]
+                files += [(f"header:{h}", t, None) for h, t in headers.items()]
+            for key, content, where in files:
+                if key in found:
+                    continue
+                if content is None:
+                    found[key] = ""
+                    continue
+                found[key] = _sha256(content.encode("utf-8", "surrogateescape"))
+                todo.append((content, where))
     return tuple(sorted(found.items()))
+
+
+def _directives(text: str) -> str:
+    """``text`` with line continuations spliced and comments made one space (C's phases 2
+    and 3), so that a directive split or commented inside reads as one line."""
+    return _LEXEME.sub(
+        lambda m: " " if m.group().startswith("/") else m.group(), _SPLICE.sub("", text)
+    )
+
+
+def _files_under(roots: list[str], walked: set[str], budget: list[int]) -> list[str] | None:
+    """The files under ``roots``, recursively, but in the directories ``walked`` already
+    (which it adds to), taken from ``budget`` ([files, bytes] left); None past it."""
+    out = []
+    for root in roots:
+        if root in walked:
+            continue
+        for d, subdirs, names in os.walk(root):
+            walked.add(d)
+            subdirs[:] = sorted(s for s in subdirs if os.path.join(d, s) not in walked)
+            for name in sorted(names):
+                path = os.path.join(d, name)
+                try:
+                    size = os.stat(path).st_size
+                except OSError:
+                    continue
+                budget[0] -= 1
+                budget[1] -= size
+                if budget[0] < 0 or budget[1] < 0:
+                    return None
+                out.append(path)
+    return out
 
 
 def _resolve(
@@ -121,6 +190,12 @@ def _read(path: str) -> tuple[str, str, str] | None:
     return f"file:{path}", data.decode("utf-8", "surrogateescape"), os.path.dirname(path)
 
 
+def keyed(digest: str) -> bool:
+    """Whether ``digest`` (of :func:`digest`) keys the code: False past the cap, where it
+    never matches another, so no cache (in memory or on disk) should keep the code."""
+    return not digest.startswith(_UNKEYED)
+
+
 def digest(
     source: str,
     include_dirs: Sequence[str],
@@ -128,10 +203,13 @@ def digest(
     source_dir: str | None = None,
 ) -> str:
     """A hex SHA-256 of what :func:`scan` finds (every included user file's contents and
-    every unresolved include's name), ``''`` when the source includes nothing."""
+    every unresolved include's name), ``''`` when the source includes nothing; past the cap
+    (:data:`MAX_FILES`), a value never returned before, for which :func:`keyed` is False."""
     found = scan(source, include_dirs, headers, source_dir)
     if not found:
         return ""
+    if any(name.startswith(_UNKEYED) for name, _ in found):
+        return _UNKEYED + uuid.uuid4().hex
     h = hashlib.sha256()
     for name, sha in found:
         h.update(f"{name}\0{sha}\n".encode("utf-8", "surrogateescape"))

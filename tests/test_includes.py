@@ -4,7 +4,19 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
+import pytest
+
 from specializer import includes
+
+try:  # the back-ends' tests skip where their library is missing
+    from specializer.backends import opencl as cl
+except ImportError:
+    cl = None
+try:
+    from specializer.backends import cuda
+except ImportError:
+    cuda = None
 
 
 def write(path, text):
@@ -104,3 +116,183 @@ def test_first_include_dir_that_has_the_file_wins(tmp_path):
     dirs = [str(tmp_path / "a"), str(tmp_path / "b")]
     ((name, _),) = includes.scan("#include <x.h>\n", dirs)
     assert name == "file:" + os.path.join(str(tmp_path), "a", "x.h")
+
+
+# -- includes written so that a line-by-line match misses them ---------------------------------
+
+
+def test_line_continuations_and_comments_inside_a_directive_are_read(tmp_path):
+    h = write(tmp_path / "x.h", "#define X 1\n")
+    want = ((f"file:{h}", includes._sha256(h.read_bytes())),)
+    for src in (
+        '#include \\\n"x.h"\n',
+        "# \\\n  include \\\r\n <x.h>\n",
+        '#include /* the sizes */ "x.h"\n',
+        '/* a comment before */ # /* and inside */ include "x.h" // and after\n',
+    ):
+        assert includes.scan(src, [str(tmp_path)]) == want, src
+
+
+def test_comment_markers_in_string_literals_and_commented_out_includes_are_not_read(tmp_path):
+    write(tmp_path / "x.h", "")
+    write(tmp_path / "y.h", "")
+    src = (
+        'const char *s = "/*"; const char c = \'"\';\n'
+        '#include "x.h"\n'
+        'const char *t = "*/";\n'
+        '// #include "y.h"\n'
+        '/* #include "y.h" */\n'
+    )
+    assert [n for n, _ in includes.scan(src, [str(tmp_path)])] == [f"file:{tmp_path / 'x.h'}"]
+
+
+def test_a_computed_include_counts_every_file_under_the_search_path(tmp_path):
+    inc, here = tmp_path / "inc", tmp_path / "src"
+    a = write(inc / "sub" / "a.h", '#include "../../elsewhere/b.h"\n')  # followed from there
+    b = write(tmp_path / "elsewhere" / "b.h", "")
+    c = write(here / "c.h", "")
+    src = '#define H "sub/a.h"\n#include H\n'
+    found = includes.scan(src, [str(inc)], {"mem.h": ""}, source_dir=str(here))
+    assert [n for n, _ in found] == sorted([f"file:{a}", f"file:{b}", f"file:{c}", "header:mem.h"])
+    before = includes.digest(src, [str(inc)], source_dir=str(here))
+    assert includes.keyed(before)
+    c.write_text("#define C 2\n")  # any file the macro may name
+    assert includes.digest(src, [str(inc)], source_dir=str(here)) != before
+
+
+def test_past_the_cap_a_computed_include_keys_nothing_twice(tmp_path, monkeypatch):
+    for i in range(3):
+        write(tmp_path / f"{i}.h", "")
+    monkeypatch.setattr(includes, "MAX_FILES", 2)
+    src = "#include HEADER\n"
+    a, b = includes.digest(src, [str(tmp_path)]), includes.digest(src, [str(tmp_path)])
+    assert a != b and not includes.keyed(a) and not includes.keyed(b)
+    monkeypatch.setattr(includes, "MAX_FILES", 3)
+    assert includes.digest(src, [str(tmp_path)]) == includes.digest(src, [str(tmp_path)])
+    monkeypatch.setattr(includes, "MAX_BYTES", 0)
+    write(tmp_path / "0.h", "x")
+    assert not includes.keyed(includes.digest(src, [str(tmp_path)]))
+
+
+# -- both back-ends build the edited header of each spelling -----------------------------------
+
+SPELLINGS = {
+    "macro": '#define PARAMS "params.h"\n#include PARAMS\n',
+    "continuation": '#include \\\n"params.h"\n',
+    "comment": '#include /* the sizes */ "params.h"\n',
+}
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A project directory of the test's own, current (the search path a computed include
+    counts is the ``-I`` directory and the current one: small here), with include/params.h."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "include"
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_opencl_builds_the_edited_header_of_each_spelling(spelling, project):
+    if cl is None:
+        pytest.skip("needs pyopencl")
+    import pyopencl.array as cla
+
+    import specializer
+
+    def define():
+        @cl.kernel
+        def spelled_k(out: cl.Array[np.float32]) -> str:
+            return SPELLINGS[spelling] + (
+                "__kernel void spelled_k(__global float *out) { out[get_global_id(0)] = FILL; }"
+            )
+
+        return spelled_k
+
+    def run(k):
+        out = cla.zeros(cl.default_queue(), 4, np.float32)
+        cl.launch(k, out, global_size=4, options=(f"-I{project}",))
+        return out.get().tolist()
+
+    write(project / "params.h", "#define FILL 1.0f\n")
+    k = define()
+    assert run(k) == [1.0] * 4
+    write(project / "params.h", "#define FILL 2.0f\n")
+    specializer.bump()
+    assert run(k) == [2.0] * 4
+    write(project / "params.h", "#define FILL 3.0f\n")
+    assert run(define()) == [3.0] * 4
+
+
+@pytest.mark.parametrize("spelling", SPELLINGS)
+def test_cuda_compiles_the_edited_header_of_each_spelling(spelling, project):
+    if cuda is None:
+        pytest.skip("needs cuda-python")
+
+    def ptx():
+        @cuda.kernel
+        def spelled_k(x: cuda.Array[np.float32]) -> str:
+            return SPELLINGS[spelling] + (
+                'extern "C" __global__ void spelled_k(float *x) { x[threadIdx.x] = SCALE; }'
+            )
+
+        return cuda.code_ptx(
+            spelled_k, (cuda.Array[np.float32],), arch="sm_90", options=(f"-I{project}",)
+        )
+
+    write(project / "params.h", "#define SCALE 2.0f\n")
+    assert "1073741824" in ptx()  # 2.0f
+    write(project / "params.h", "#define SCALE 4.0f\n")
+    assert "1082130432" in ptx()  # 4.0f
+
+
+def test_cuda_past_the_cap_compiles_again_and_keeps_nothing_on_disk(project, monkeypatch):
+    if cuda is None:
+        pytest.skip("needs cuda-python")
+    from specializer.backends.cuda import _compiler
+
+    write(project / "params.h", "#define SCALE 2.0f\n")
+    write(project / "other.h", "")
+    monkeypatch.setattr(includes, "MAX_FILES", 1)
+
+    def ptx():
+        @cuda.kernel
+        def capped_k(x: cuda.Array[np.float32]) -> str:
+            return SPELLINGS["macro"] + (
+                'extern "C" __global__ void capped_k(float *x) { x[threadIdx.x] = SCALE; }'
+            )
+
+        return cuda.code_ptx(
+            capped_k, (cuda.Array[np.float32],), arch="sm_90", options=(f"-I{project}",)
+        )
+
+    n = _compiler.nvrtc_compiles()
+    assert "1073741824" in ptx() and "1073741824" in ptx()
+    assert _compiler.nvrtc_compiles() == n + 2  # the same text, not reused
+    assert not (project.parent / "cache" / "cuda").exists()
+
+
+def test_opencl_past_the_cap_builds_again_after_each_bump(project, monkeypatch):
+    if cl is None:
+        pytest.skip("needs pyopencl")
+    import pyopencl.array as cla
+
+    import specializer
+
+    @cl.kernel
+    def capped_k(out: cl.Array[np.float32]) -> str:
+        return SPELLINGS["macro"] + (
+            "__kernel void capped_k(__global float *out) { out[get_global_id(0)] = FILL; }"
+        )
+
+    def run():
+        out = cla.zeros(cl.default_queue(), 4, np.float32)
+        cl.launch(capped_k, out, global_size=4, options=(f"-I{project}",))
+        return out.get().tolist()
+
+    write(project / "params.h", "#define FILL 1.0f\n")
+    monkeypatch.setattr(includes, "MAX_FILES", 0)
+    assert run() == [1.0] * 4
+    write(project / "params.h", "#define FILL 2.0f\n")
+    specializer.bump()
+    assert run() == [2.0] * 4

@@ -34,7 +34,8 @@ found is an error naming the directory that is missing and how to get it.
 (``SPECIALIZER_CACHE_DIR``; off with an empty value or ``0``), keyed by the full source,
 the name expressions, the options, the architecture, NVRTC's version and the headers
 found, and the contents of every user file the source includes (:mod:`specializer.includes`:
-``-I`` directories made absolute, the program name's directory, in-memory headers).
+``-I`` directories made absolute, the program name's directory, in-memory headers; none
+is kept where a computed include's search path is past the scan's cap).
 :func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process.
 
 **One program per source.** The kernels whose methods return one source (with one program
@@ -565,7 +566,8 @@ def nvrtc_compile(
     if included is None:
         included = included_digest(source, tuple(options), name, headers, kernel)
     key = _disk_key(source, expressions, opts, name or "", headers, included)
-    hit = _diskcache.load(key)
+    on_disk = includes.keyed(included)  # else the files it includes are past the scan's cap
+    hit = _diskcache.load(key) if on_disk else None
     if hit is not None and all(e in hit["lowered"] for e in expressions):
         return NVRTCResult(hit["ptx"], hit["cubin"], hit["lowered"], hit["log"], opts, True)
     entries = ", ".join(expressions)
@@ -636,7 +638,8 @@ def nvrtc_compile(
             )
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    _diskcache.store(key, ptx, cubin, lowered, log)
+    if on_disk:
+        _diskcache.store(key, ptx, cubin, lowered, log)
     return NVRTCResult(ptx, cubin, lowered, log, opts)
 
 
