@@ -1477,7 +1477,11 @@ def test_a_corrupt_or_unreadable_entry_is_ignored_and_rewritten(tmp_path, monkey
     whole = path.read_bytes()
     flipped = bytearray(whole)
     flipped[len(whole) // 2] ^= 0xFF
-    for damage in (b"", b"garbage", whole[: len(whole) // 2], bytes(flipped), whole + b"x"):
+    other = src.replace("7", "8").replace("damaged", "other")
+    _compiler.nvrtc_compile(other, ("other",), ARCH, (), kernel="other")
+    (foreign,) = (p for p in (tmp_path / "cuda").iterdir() if p != path)  # another entry's
+    damages = (b"", b"garbage", whole[: len(whole) // 2], whole[:-1], bytes(flipped), whole + b"x")
+    for damage in (*damages, foreign.read_bytes()):
         path.write_bytes(damage)
         n = _compiler.nvrtc_compiles()
         again = _compiler.nvrtc_compile(*args, kernel="damaged")
