@@ -188,7 +188,9 @@ def render(template: str, **params: Any) -> str:
     What a render gives depends on nothing but the template files, Jinja and ``params``, so
     it is kept on disk (:func:`template_cache_dir`, one file per distinct render) and the
     next process reads it instead of importing Jinja and compiling the template: this is most
-    of a process's cold start before its first launch."""
+    of a process's cold start before its first launch. A kept render is exec'd, so it is used
+    only when its digest matches (:func:`diskcache.read_entry`); anything else is rendered
+    and written again."""
     for k, v in params.items():
         _check_param(k, v)
     d = diskcache.private_dir("templates", create=True)
@@ -196,14 +198,14 @@ def render(template: str, **params: Any) -> str:
         return _environment().get_template(template).render(**params)
     blob = json.dumps([_templates_identity(), template, params], sort_keys=True)
     filename = f"{hashlib.sha256(blob.encode()).hexdigest()}.py"
-    data = diskcache.read_private(d / filename, _MAX_RENDER)
+    data = diskcache.read_entry(d, filename, _MAX_RENDER)
     if data is not None:
         try:
             return data.decode("utf-8")
-        except UnicodeDecodeError:  # damaged: rendered and written again
+        except UnicodeDecodeError:  # written so by someone else: rendered and written again
             pass
     source = _environment().get_template(template).render(**params)
-    diskcache.write_private(d, filename, source.encode("utf-8"))
+    diskcache.write_entry(d, filename, source.encode("utf-8"))
     return source
 
 

@@ -6,6 +6,9 @@ templates (Python source that is exec'd, so a planted file must never be read). 
 (``$XDG_CACHE_HOME/specializer`` or ``~/.cache/specializer`` on Linux,
 ``~/Library/Caches/specializer`` on macOS, ``%LOCALAPPDATA%\\specializer\\Cache`` on Windows);
 ``SPECIALIZER_CACHE_DIR=`` (empty) or ``=0`` turns them off. The variable is read at each use.
+A relative ``XDG_CACHE_HOME`` is ignored (the XDG rule: it would put the cache under whatever
+directory the process runs in); with no home directory (``HOME`` unset and no passwd entry)
+the caches are off, with one warning.
 
 Private to the user: the directories made here are ``0700`` whatever the umask (set after
 ``mkdir``, which the umask can only narrow). A directory made elsewhere is used only when it is
@@ -13,6 +16,9 @@ the user's own and writable by no one else: a shared one (``/tmp`` itself, say) 
 cache off with one warning. A file is read only when it is a regular file owned by the user
 that no one else can write; it is opened without following a symlink and without blocking (a
 FIFO planted at its path opens at once and is refused), and read with a bound on its size.
+An entry (:func:`write_entry`) ends in a SHA-256 of its file name and content, checked on
+read (:func:`read_entry`): a rename is atomic but not durable, so a power loss can leave an
+entry empty or cut short, and a copy can put one entry's content at another's name.
 Anything else is a miss, and the caller's write replaces it: a file is written to a temporary
 ``0600`` file beside it and renamed over it, so a reader sees a whole file or none. A cache that
 cannot be read or written is no cache: nothing here raises.
@@ -20,6 +26,7 @@ cannot be read or written is no cache: nothing here raises.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import sys
@@ -28,7 +35,16 @@ import threading
 import warnings
 from pathlib import Path
 
-__all__ = ["ENV_VAR", "cache_dir", "default_dir", "private_dir", "read_private", "write_private"]
+__all__ = [
+    "ENV_VAR",
+    "cache_dir",
+    "default_dir",
+    "private_dir",
+    "read_entry",
+    "read_private",
+    "write_entry",
+    "write_private",
+]
 
 #: the environment variable naming the caches' directory ("" or "0": off)
 ENV_VAR = "SPECIALIZER_CACHE_DIR"
@@ -43,20 +59,44 @@ _OPEN_FLAGS = (
 )
 #: how a warning names each cache
 _LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
-_warned: set[tuple[str, str]] = set()  # the roots already warned about, one warning each
+_warned: set[tuple[str, str]] = set()  # what was warned about: one warning each
 _warned_lock = threading.Lock()
 
 
-def default_dir() -> Path:
+def _home() -> Path | None:
+    """The user's home directory, or ``None`` (with one warning) when there is none, as in a
+    container run under a uid with no passwd entry and no ``HOME``."""
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError, OSError):
+        home = None
+    if home is not None and home.is_absolute():
+        return home
+    _warn_once(
+        ("", "home"),
+        "specializer: the disk caches are off: there is no home directory (HOME is unset or "
+        f"relative, and no passwd entry gives one). Set {ENV_VAR} to a directory of your own "
+        "to keep them.",
+    )
+    return None
+
+
+def default_dir() -> Path | None:
     """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset: under the user's cache
-    directory."""
+    directory; ``None`` when there is no home directory to put it in."""
+    if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
+        return Path(os.environ["LOCALAPPDATA"]) / "specializer" / "Cache"
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if sys.platform not in ("win32", "darwin") and os.path.isabs(xdg):  # XDG: relative: ignored
+        return Path(xdg) / "specializer"
+    home = _home()
+    if home is None:
+        return None
     if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
-        return Path(base) / "specializer" / "Cache"
+        return home / "AppData" / "Local" / "specializer" / "Cache"
     if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / "specializer"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "specializer"
+        return home / "Library" / "Caches" / "specializer"
+    return home / ".cache" / "specializer"
 
 
 def cache_dir(name: str) -> Path | None:
@@ -64,7 +104,8 @@ def cache_dir(name: str) -> Path | None:
     caches are off."""
     value = os.environ.get(ENV_VAR)
     if value is None:
-        return default_dir() / name
+        d = default_dir()
+        return None if d is None else d / name
     value = value.strip()
     if value in ("", "0"):
         return None
@@ -86,18 +127,22 @@ def _not_private(st: os.stat_result, kind: int) -> str | None:
     return None
 
 
+def _warn_once(key: tuple[str, str], message: str) -> None:
+    """Warn ``message`` once per ``key`` and process."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
 def _refuse(root: Path, name: str, why: str) -> None:
     """Warn, once per root and process, that the cache at ``root`` is not used."""
-    with _warned_lock:
-        if (str(root), name) in _warned:
-            return
-        _warned.add((str(root), name))
-    warnings.warn(
+    _warn_once(
+        (str(root), name),
         f"specializer: the {_LABELS.get(name, name)} at {root} is not used: {why}, and the "
         f"cache is private to the user. Point {ENV_VAR} at a directory of your own (chmod 700), or "
         "set it empty to turn the cache off.",
-        RuntimeWarning,
-        stacklevel=3,
     )
 
 
@@ -178,3 +223,28 @@ def write_private(directory: Path, filename: str, data: bytes) -> bool:
             except OSError:
                 pass
         return False
+
+
+def _digest(filename: str, payload: bytes) -> bytes:
+    """What an entry ends in: the SHA-256 of its file name (its key) and its payload."""
+    return hashlib.sha256(filename.encode() + b"\0" + payload).digest()
+
+
+_DIGEST_SIZE = hashlib.sha256().digest_size
+
+
+def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
+    """The payload :func:`write_entry` wrote at ``directory/filename`` (a file of at most
+    ``max_size`` bytes), or ``None``: missing, not private (see :func:`read_private`), or
+    failing its digest (empty, cut short, damaged, or another entry's content)."""
+    data = read_private(directory / filename, max_size)
+    if data is None or len(data) < _DIGEST_SIZE:
+        return None
+    payload, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
+    return payload if digest == _digest(filename, payload) else None
+
+
+def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
+    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`;
+    whether it was written."""
+    return write_private(directory, filename, payload + _digest(filename, payload))

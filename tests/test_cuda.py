@@ -276,6 +276,19 @@ def test_compiler_kwargs_change_the_code_and_unknown_ones_are_a_type_error():
         cuda.code_ptx(divide, tt, arch=ARCH, options=("--no-such-flag",))
 
 
+def test_a_str_of_options_is_split_by_shell_rules_as_pyopencl_splits_it():
+    @cuda.kernel
+    def quoted(x: A[np.int32]) -> str:
+        return 'extern "C" __global__ void quoted(int *x) { x[0] = VAL + W; }'
+
+    tt = (A[np.int32],)
+    split = cuda.code_ptx(quoted, tt, arch=ARCH, options=("-DVAL=1+2", "-DW=1"))
+    assert re.search(r"mov\.u32\s+%r\d+, 4;", split)  # 1+2 + 1, as C reads it
+    assert cuda.code_ptx(quoted, tt, arch=ARCH, options="-DVAL='1+2' -DW=1") == split
+    with pytest.raises(ValueError, match="do not split as shell words"):
+        cuda.code_ptx(quoted, tt, arch=ARCH, options="-DVAL='1+2")
+
+
 # -- argument types -----------------------------------------------------------------------------
 
 
@@ -1464,7 +1477,11 @@ def test_a_corrupt_or_unreadable_entry_is_ignored_and_rewritten(tmp_path, monkey
     whole = path.read_bytes()
     flipped = bytearray(whole)
     flipped[len(whole) // 2] ^= 0xFF
-    for damage in (b"", b"garbage", whole[: len(whole) // 2], bytes(flipped), whole + b"x"):
+    other = src.replace("7", "8").replace("damaged", "other")
+    _compiler.nvrtc_compile(other, ("other",), ARCH, (), kernel="other")
+    (foreign,) = (p for p in (tmp_path / "cuda").iterdir() if p != path)  # another entry's
+    damages = (b"", b"garbage", whole[: len(whole) // 2], whole[:-1], bytes(flipped), whole + b"x")
+    for damage in (*damages, foreign.read_bytes()):
         path.write_bytes(damage)
         n = _compiler.nvrtc_compiles()
         again = _compiler.nvrtc_compile(*args, kernel="damaged")

@@ -1558,6 +1558,33 @@ def test_unknown_launch_keyword_lists_launch_and_compiler_options(queue):
         cl.launch(size_probe, x, global_size=4, globl_offset=1)
 
 
+QUOTED = "__kernel void quoted_options(__global int *x) { x[get_global_id(0)] = VAL + W; }"
+
+
+@cl.kernel
+def quoted_options(x: cl.Buffer) -> str:
+    return QUOTED
+
+
+def test_a_str_of_options_is_split_by_shell_rules_as_pyopencl_splits_it(fresh_queue, builds):
+    options = "-DVAL='1+2' -DW=1"  # VAL is 1+2, not the character constant '1+2'
+    x = to_buffer(fresh_queue.context, np.zeros(4, np.int32))
+    cl.launch(quoted_options, x, global_size=4, queue=fresh_queue, options=options)
+    got = read(fresh_queue, x, np.zeros(4, np.int32))
+    y = to_buffer(fresh_queue.context, np.zeros(4, np.int32))
+    _BUILD(pyopencl.Program(fresh_queue.context, QUOTED), options=options).quoted_options(
+        fresh_queue, (4,), None, y
+    )
+    same_bytes(got, read(fresh_queue, y, got))
+    assert got.tolist() == [4, 4, 4, 4]
+    assert builds == [["-DVAL=1+2", "-DW=1", "-cl-kernel-arg-info"]]
+    # the key is the split options: the same options as a tuple are the same program
+    cl.launch(quoted_options, x, global_size=4, queue=fresh_queue, options=("-DVAL=1+2", "-DW=1"))
+    assert len(builds) == 1
+    with pytest.raises(ValueError, match=r"options=\"-DVAL='1\+2 -DW=1\" do not split"):
+        cl.launch(quoted_options, x, global_size=4, queue=fresh_queue, options="-DVAL='1+2 -DW=1")
+
+
 def test_unknown_keyword_on_a_host_kernel_call_lists_the_launch_options(queue):
     x = to_buffer(queue.context, np.zeros(4, np.int32))
     knl = cl.clfunction(size_probe, (cl.Buffer,))

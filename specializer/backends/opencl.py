@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import struct
 import threading
 import weakref
@@ -809,8 +810,11 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
             "e.g. options=('-cl-fast-relaxed-math',)"
         )
     options = compiler_kwargs["options"]
-    if isinstance(options, str):
-        return tuple(options.split())
+    if isinstance(options, str):  # split by shell rules, as pyopencl's build splits a str
+        try:
+            return tuple(shlex.split(options))
+        except ValueError as e:
+            raise ValueError(f"options={options!r} do not split as shell words: {e}") from None
     if isinstance(options, Sequence) and all(isinstance(o, str) for o in options):
         return tuple(options)
     raise TypeError(

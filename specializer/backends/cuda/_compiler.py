@@ -63,6 +63,7 @@ import functools
 import importlib
 import os
 import re
+import shlex
 import threading
 import weakref
 from collections import OrderedDict
@@ -1115,7 +1116,7 @@ COMPILER_KWARGS = {
     "fastmath": "bool: --use_fast_math",
     "maxregs": "int: --maxrregcount",
     "lineinfo": "bool: --generate-line-info",
-    "options": "a tuple of further NVRTC options",
+    "options": "further NVRTC options: a tuple, or a str split by shell rules",
 }
 
 
@@ -1181,7 +1182,14 @@ def compiler_config(kwargs: tuple[tuple[str, Any], ...], context: Context | None
             raise TypeError(f"maxregs= is a positive int, got {maxregs!r}")
         options.append(f"--maxrregcount={maxregs}")
     extra = kw.get("options", ())
+    if isinstance(extra, str):  # split by shell rules, as pyopencl splits a str of options
+        try:
+            extra = shlex.split(extra)
+        except ValueError as e:
+            raise ValueError(f"options={extra!r} do not split as shell words: {e}") from None
     if not isinstance(extra, (tuple, list)) or not all(isinstance(o, str) for o in extra):
-        raise TypeError(f"options= is a tuple of NVRTC option strings, got {extra!r}")
+        raise TypeError(
+            f"options= is a tuple of NVRTC option strings (or one str of them), got {extra!r}"
+        )
     options.extend(extra)
     return CompilerConfig(BACKEND, (arch, tuple(options)))

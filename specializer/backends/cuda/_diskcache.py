@@ -12,11 +12,13 @@ process and any world that asks for the same compilation.
 Where: ``$SPECIALIZER_CACHE_DIR/cuda`` or ``cuda`` in the user's cache directory, private to
 the user and never trusted blindly: see :mod:`specializer.diskcache`.
 
-Files: one per entry, ``<key>.nvrtc``, ending in a SHA-256 of its contents. An entry is
+Files: one per entry, ``<key>.nvrtc``, ending in a SHA-256 of its name and contents
+(:func:`specializer.diskcache.write_entry`), so an entry copied to another key's name
+fails it too; the key is also stored in the entry and checked. An entry is
 written to a temporary file in the same directory and renamed over the final name
 (``os.replace``), so a reader sees a whole entry or none, and two processes writing the
 same entry at once each rename a whole file (the later one wins; both are equal). An
-entry that cannot be read, is cut short or fails its checksum is ignored (a miss) and
+entry that cannot be read, is cut short or fails its digest is ignored (a miss) and
 written again after the compile. A directory that cannot be created or written makes
 the cache a no-op: it never makes a compilation fail.
 
@@ -40,9 +42,8 @@ from ...diskcache import ENV_VAR, default_dir
 
 __all__ = ["ENV_VAR", "cache_dir", "default_dir", "entry_path", "key_of", "load", "store"]
 
-_MAGIC = b"specializer nvrtc cache 1\n"
+_MAGIC = b"specializer nvrtc cache 2\n"
 _LEN = struct.Struct("<Q")
-_DIGEST = 32  # bytes of SHA-256
 _SUFFIX = ".nvrtc"
 _MAX_ENTRY = 1 << 30  # bytes: an entry larger than this is refused unread
 
@@ -76,15 +77,12 @@ def _encode(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], lo
         },
         sort_keys=True,
     ).encode()
-    body = b"".join((_MAGIC, _LEN.pack(len(meta)), meta, ptx_b, cubin or b""))
-    return body + hashlib.sha256(body).digest()
+    return b"".join((_MAGIC, _LEN.pack(len(meta)), meta, ptx_b, cubin or b""))
 
 
-def _decode(key: str, data: bytes) -> dict[str, Any] | None:
-    if len(data) < len(_MAGIC) + _LEN.size + _DIGEST or not data.startswith(_MAGIC):
-        return None
-    body, digest = data[:-_DIGEST], data[-_DIGEST:]
-    if hashlib.sha256(body).digest() != digest:
+def _decode(key: str, body: bytes) -> dict[str, Any] | None:
+    """The entry in ``body`` (its digest already checked), or ``None`` if it is not one."""
+    if len(body) < len(_MAGIC) + _LEN.size or not body.startswith(_MAGIC):
         return None
     at = len(_MAGIC)
     (n,) = _LEN.unpack_from(body, at)
@@ -114,7 +112,7 @@ def load(key: str) -> dict[str, Any] | None:
     d = diskcache.private_dir("cuda", create=False)
     if d is None:
         return None
-    data = diskcache.read_private(d / f"{key}{_SUFFIX}", _MAX_ENTRY)
+    data = diskcache.read_entry(d, f"{key}{_SUFFIX}", _MAX_ENTRY)
     if data is None:
         return None
     try:
@@ -129,4 +127,4 @@ def store(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log:
     d = diskcache.private_dir("cuda", create=True)
     if d is None:
         return False
-    return diskcache.write_private(d, f"{key}{_SUFFIX}", _encode(key, ptx, cubin, lowered, log))
+    return diskcache.write_entry(d, f"{key}{_SUFFIX}", _encode(key, ptx, cubin, lowered, log))
