@@ -871,8 +871,12 @@ def _argument_kind(t: type) -> tuple[str, int] | None:
 def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
     """A ``TypeError`` when an argument type cannot be what the kernel's parameter is, as
     the PTX declares it (SPEC 8): another size, or a float for an integer (or the other
-    way). Runs where the kernel is compiled (no GPU needed), never on a launch."""
+    way); and, for an entry with C++ linkage, an array whose elements differ in kind or size
+    from what the pointer parameter points at, as the mangled name declares it (extern "C"
+    names say nothing of that). Runs where the kernel is compiled (no GPU needed), never on
+    a launch."""
     from ...types import type_name
+    from ._array import Array
 
     params = ptx_parameters(ptx, lowered)
     if params is None:
@@ -897,6 +901,197 @@ def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) 
                 f"parameter {i} is a {size}-byte {_KIND_NAMES[kind]} (PTX {ptx_type}): pass a "
                 f"value of the parameter's C type, or declare the method's parameter as it"
             )
+    for i, (spelled, t) in enumerate(zip(mangled_parameters(lowered) or (), tt)):
+        if not (isinstance(t, type) and issubclass(t, Array)):
+            continue
+        try:
+            dtype = t.dtype
+        except TypeError:  # Array[np.floating]: no elements to compare
+            continue
+        theirs = None if dtype is None else _array_element(dtype)
+        pointee = _pointee(spelled)
+        if theirs and pointee and theirs != pointee:
+            raise TypeError(
+                f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
+                f"a {type_name(t)} (elements: {theirs[1]}-byte {theirs[0]}), but the kernel's "
+                f"parameter {i} is a {spelled} (elements: {pointee[1]}-byte {pointee[0]}; its "
+                f"entry {lowered}): pass an array of the parameter's element type, or declare "
+                "the method's parameter as it"
+            )
+
+
+# -- what a C++ entry's pointers point at, from its mangled name -----------------------------
+
+_MANGLED_BUILTINS = {
+    **{"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char"},
+    **{"s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long"},
+    **{"m": "unsigned long", "x": "long long", "y": "unsigned long long", "f": "float"},
+    **{"d": "double", "e": "long double"},
+}
+#: the (kind, size) of each value of the types a pointer parameter may point at
+_ELEMENTS: dict[str, tuple[str, int]] = {
+    **{n: ("int", 1) for n in ("bool", "char", "signed char", "unsigned char", "uchar")},
+    **{n: ("int", 2) for n in ("short", "unsigned short", "ushort")},
+    **{n: ("int", 4) for n in ("int", "unsigned int", "uint")},
+    **{n: ("int", 8) for n in ("long", "unsigned long", "ulong", "long long", "longlong")},
+    **{n: ("int", 8) for n in ("unsigned long long", "ulonglong")},
+    **{n: ("float", 2) for n in ("__half", "_Float16", "__half2")},
+    **{n: ("bfloat16", 2) for n in ("__nv_bfloat16", "__nv_bfloat162")},
+    "float": ("float", 4),
+    "double": ("float", 8),
+}
+_CUDA_VECTOR = re.compile(r"(\w+?)[1-4]")  # vector_types.h: float4, uchar2, longlong2, ...
+_DIGITS = re.compile(r"\d+")
+_SUBSTITUTION = re.compile(r"S([0-9A-Z]*)_")
+_TEMPLATE_PARAM = re.compile(r"T(\d*)_")
+
+
+class _Mangled:
+    """The parameter types of a function's Itanium-mangled name (what NVRTC lowers a C++
+    ``__global__`` function to), as C++ spells them: ``_Z1kPKfPi`` gives ``["float const*",
+    "int*"]``. A subset: what it does not read (``std::`` names, local names, operators,
+    packs, expressions) is a ValueError, and the entry goes unchecked."""
+
+    def __init__(self, mangled: str) -> None:
+        self.s, self.i = mangled, 0
+        self.subs: list[str] = []  # substitution candidates, in order: S_, S0_, S1_, ...
+        self.targs: list[str] = []  # the function's template arguments: T_, T0_, ...
+
+    def params(self) -> list[str]:
+        self.expect("_Z")
+        self.name(function=True)
+        if self.targs:
+            self.type()  # a function template's return type
+        out = []
+        while self.i < len(self.s):
+            out.append(self.type())
+        return [] if out == ["void"] else out
+
+    def expect(self, text: str) -> None:
+        if not self.s.startswith(text, self.i):
+            raise ValueError(self.s)
+        self.i += len(text)
+
+    def match(self, pattern: re.Pattern[str]) -> re.Match[str]:
+        m = pattern.match(self.s, self.i)
+        if m is None:
+            raise ValueError(self.s)
+        self.i = m.end()
+        return m
+
+    def source_name(self) -> str:
+        n = int(self.match(_DIGITS)[0])
+        self.i += n
+        return self.s[self.i - n : self.i]
+
+    def name(self, function: bool = False) -> str:
+        """A name; each prefix of it is a substitution candidate, but a function's own."""
+        nested = self.s.startswith("N", self.i)
+        if nested:
+            self.i += 1
+            while self.s[self.i] in "rVK":
+                self.i += 1
+        prefix = ""
+        while True:
+            if self.s[self.i] == "S":
+                prefix = self.substitution()
+            else:
+                part = self.source_name()
+                prefix = f"{prefix}::{part}" if prefix else part
+                args = []
+                if self.s.startswith("I", self.i):
+                    self.subs.append(prefix)
+                    args = self.template_args()
+                    prefix += f"<{', '.join(args)}>"
+                last = not nested or self.s.startswith("E", self.i)
+                if function and last:
+                    self.targs = args
+                else:
+                    self.subs.append(prefix)
+            if not nested or self.s.startswith("E", self.i):
+                break
+        self.i += nested
+        return prefix
+
+    def template_args(self) -> list[str]:
+        self.expect("I")
+        args = []
+        while not self.s.startswith("E", self.i):
+            if self.s[self.i] == "L":  # a literal: L <builtin type> <value> E
+                end = self.s.index("E", self.i)
+                args.append(self.s[self.i + 2 : end].replace("n", "-"))
+                self.i = end + 1
+            else:
+                args.append(self.type())
+        self.i += 1
+        return args
+
+    def substitution(self) -> str:
+        seq = self.match(_SUBSTITUTION)[1]  # St, Sa, Ss, ...: std:: names, not read
+        if self.s.startswith("I", self.i):
+            raise ValueError(self.s)
+        return self.subs[int(seq, 36) + 1 if seq else 0]
+
+    def type(self) -> str:
+        c = self.s[self.i]
+        if c in _MANGLED_BUILTINS:
+            self.i += 1
+            return _MANGLED_BUILTINS[c]
+        if self.s.startswith("DF16_", self.i):
+            self.i += 5
+            return "_Float16"
+        if c == "S":
+            return self.substitution()
+        if c.isdigit() or c == "N":
+            return self.name()
+        if c == "P":
+            self.i += 1
+            t = self.type() + "*"
+        elif c in "rVK":
+            quals = ""
+            while self.s[self.i] in "rVK":
+                quals += {"r": "", "V": " volatile", "K": " const"}[self.s[self.i]]
+                self.i += 1
+            t = self.type() + quals
+        elif c == "T":
+            n = self.match(_TEMPLATE_PARAM)[1]
+            t = self.targs[int(n) + 1 if n else 0]
+        else:
+            raise ValueError(self.s)
+        self.subs.append(t)
+        return t
+
+
+def mangled_parameters(mangled: str) -> list[str] | None:
+    """The C++ parameter types of the entry ``mangled`` (``_Z...``), or None where its name
+    is not mangled or not read (the entry's pointers then go unchecked)."""
+    try:
+        return _Mangled(mangled).params() if mangled.startswith("_Z") else None
+    except (ValueError, IndexError):
+        return None
+
+
+def _pointee(spelled: str) -> tuple[str, int] | None:
+    """The (kind, size) of each value a pointer parameter of C++ type ``spelled`` points at;
+    None for another parameter, ``void *``, a struct or a type not known here."""
+    if not spelled.endswith("*"):
+        return None
+    name = " ".join(w for w in spelled[:-1].split() if w not in ("const", "volatile"))
+    m = _CUDA_VECTOR.fullmatch(name)
+    return _ELEMENTS.get(name) or (_ELEMENTS.get(m[1]) if m else None)
+
+
+def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
+    """The (kind, size) of each value of an array of ``dtype``: its scalar's, a complex's
+    float, a struct's when its fields are all of one; None for a struct of mixed fields."""
+    if dtype.subdtype is not None:
+        return _array_element(dtype.subdtype[0])
+    if dtype.names is not None and dtype.fields is not None:
+        parts = {_array_element(dtype.fields[n][0]) for n in dtype.names}
+        return parts.pop() if len(parts) == 1 else None
+    if dtype.kind in "fc":
+        return "float", dtype.itemsize // (2 if dtype.kind == "c" else 1)
+    return ("int", dtype.itemsize) if dtype.kind in "biu" else None
 
 
 # -- loaded modules ----------------------------------------------------------------------------
