@@ -20,7 +20,6 @@ import linecache
 import os
 import re
 import tempfile
-import threading
 import weakref
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -30,6 +29,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from . import diskcache, precompile
+from .locks import new_lock
 
 if TYPE_CHECKING:
     import jinja2
@@ -74,7 +74,7 @@ def _environment() -> jinja2.Environment:
     imports Jinja: see :func:`render`)."""
     if _ENV:
         return _ENV[0]
-    with _lock:
+    with _lock():
         if not _ENV:
             import jinja2
 
@@ -114,17 +114,7 @@ _released: deque[tuple[int, GeneratedSource]] = deque(maxlen=RELEASED_KEPT)
 #: Per base name, how many functions have had it: the next one gets ``base__<count + 1>``.
 _counts: dict[str, int] = {}
 _serial = itertools.count()
-_lock = threading.RLock()  # re-entrant: a finalizer may run while a generation holds it
-
-
-def _fresh_lock() -> None:
-    # In a forked child: a thread of the parent may have held it, and it is not there.
-    global _lock
-    _lock = threading.RLock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_lock)
+_lock = new_lock()  # re-entrant: a finalizer may run while a generation holds it
 
 
 def generated_sources() -> list[GeneratedSource]:
@@ -132,7 +122,7 @@ def generated_sources() -> list[GeneratedSource]:
     still alive, and the newest :data:`RELEASED_KEPT` of those released since (a lookup
     site whose code is gone releases its functions), so memory stays bounded in a process
     that re-runs a notebook cell for hours."""
-    with _lock:
+    with _lock():
         records = [*_released, *_generated.values()]
     return [g for _, g in sorted(records, key=_first)]
 
@@ -174,7 +164,7 @@ def add_template_dir(path: str | os.PathLike[str]) -> None:
     d = str(Path(path).resolve())
     if not Path(d).is_dir():
         raise NotADirectoryError(f"no template directory {d}")
-    with _lock:
+    with _lock():
         if d not in _search_path:
             _search_path.append(d)
             _IDENTITY.clear()
@@ -249,7 +239,7 @@ def _unique(base: str) -> str:
 def _forget(name: str, filename: str) -> None:
     """A generated function was released: keep its record among the newest released ones,
     and drop its lines from linecache (no traceback can point into it any more)."""
-    with _lock:
+    with _lock():
         record = _generated.pop(name, None)
         if record is not None:
             _released.append(record)
@@ -268,7 +258,7 @@ def generate(
 
     The template receives ``name`` (the function's name) and ``params``.
     """
-    with _lock:
+    with _lock():
         name = _unique(identifier(*name_parts))
         source = render(template, name=name, **params)
         filename = f"<specializer {name}>"

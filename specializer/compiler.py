@@ -29,6 +29,7 @@ from collections.abc import Callable, Hashable
 from typing import Any, Protocol
 
 from . import world as _world
+from .locks import new_lock
 from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, register_backedges
 
 __all__ = [
@@ -84,7 +85,7 @@ class Backend(ABC):
 Dependency = tuple[GenericFunction, tuple[type, ...], Method]
 
 _config_keys: dict[tuple[int, Hashable], int] = {}
-_config_lock = _world.new_lock(reentrant=False)
+_config_lock = new_lock(reentrant=False)
 
 
 class CompilerConfig:
@@ -98,7 +99,7 @@ class CompilerConfig:
         self._hash = hash((id(backend), options))
         # A small int per distinct (backend, options): the compiled-code cache's key holds
         # it, so finding code hashes an int, never this class's own (Python) __hash__.
-        with _config_lock:
+        with _config_lock():
             self._key = _config_keys.setdefault((id(backend), options), len(_config_keys))
 
     def __eq__(self, other: object) -> bool:
@@ -185,7 +186,7 @@ class CodeInstance:
 _cache: dict[tuple[MethodInstance, int], tuple[CodeInstance, ...]] = {}
 #: Closed code instances kept because a live pin's world may still use them (see _sweep).
 _retained: dict[CodeInstance, None] = {}
-_cache_lock = _world.new_lock()
+_cache_lock = new_lock()
 _compiles = 0
 
 
@@ -315,7 +316,7 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     links and hooks run one at a time, so back-ends and hooks need not be thread-safe, and a
     hook or method body may itself look kernels up. A slow build therefore holds up other
     threads' misses, never their ``cached_lookup`` hits, which take no lock."""
-    with _cache_lock:  # straight-line (its loops are in called functions): see world
+    with _cache_lock():  # straight-line (its loops are in called functions): see world
         deps = None
         ci = _find(job)
         if ci is None:
@@ -362,7 +363,7 @@ def forget_context(context: Hashable) -> list[Any]:
 def compile_only(job: CompilerJob) -> CodeInstance:
     """The code instance valid in ``job.world``, compiled and kept on a miss, linked nowhere:
     the reflection entry (a back-end's ``code_ptx``). Compile hooks see it."""
-    with _cache_lock:
+    with _cache_lock():
         ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)

@@ -31,9 +31,10 @@ import os
 import stat
 import sys
 import tempfile
-import threading
 import warnings
 from pathlib import Path
+
+from .locks import new_lock
 
 __all__ = [
     "ENV_VAR",
@@ -60,7 +61,7 @@ _OPEN_FLAGS = (
 #: how a warning names each cache
 _LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
 _warned: set[tuple[str, str]] = set()  # what was warned about: one warning each
-_warned_lock = threading.Lock()
+_warned_lock = new_lock(reentrant=False)
 
 
 def _home() -> Path | None:
@@ -129,7 +130,7 @@ def _not_private(st: os.stat_result, kind: int) -> str | None:
 
 def _warn_once(key: tuple[str, str], message: str) -> None:
     """Warn ``message`` once per ``key`` and process."""
-    with _warned_lock:
+    with _warned_lock():
         if key in _warned:
             return
         _warned.add(key)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import pickle
-import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, MutableMapping
 from typing import Any, ClassVar
@@ -21,6 +20,7 @@ import numpy as np
 
 from . import world as _world
 from .compiler import CompilerConfig, CompilerJob, compile_and_link, compile_only
+from .locks import new_lock
 from .lookup import specialize
 from .methods import GenericFunction, signature_of
 from .types import DeviceArray, Struct, WeakScalar, public_module, type_name
@@ -127,7 +127,7 @@ class Kernel(_ByName, GenericFunction):
         super().__init__(name)
         self.typeof = typeof
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
-        self._closures_lock = threading.Lock()
+        self._closures_lock = new_lock(reentrant=False)
 
     def capture(self, *values: Any) -> KernelInstance:
         """A kernel instance whose ``values`` are passed as leading arguments on every launch.
@@ -138,7 +138,7 @@ class Kernel(_ByName, GenericFunction):
         tt = tuple(self.typeof(v) for v in values)
         cls = self._closures.get(tt)
         if cls is None:
-            with self._closures_lock:
+            with self._closures_lock():
                 cls = self._closures.get(tt)
                 if cls is None:
                     name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
@@ -245,7 +245,7 @@ class Definitions:
         )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
-        self._lock = threading.Lock()
+        self._lock = new_lock(reentrant=False)
 
     def _define(
         self,
@@ -274,7 +274,7 @@ class Definitions:
         cells = getattr(fn, "__closure__", None) or ()
         key = (module, qualname, cls, frozenset(map(id, cells)))
         table: MutableMapping[_Key, GenericFunction] = self._closure_table if cells else self._table
-        with self._lock:
+        with self._lock():
             gf = table.get(key)
             if gf is None:
                 gf = self.kernel_class(name, self.typeof) if cls is Kernel else cls(name)
@@ -289,7 +289,7 @@ class Definitions:
 
     def device_functions(self) -> list[DeviceFunction]:
         """The device functions defined here (for a build error's hint)."""
-        with self._lock:
+        with self._lock():
             defined = [*self._table.values(), *self._closure_table.values()]
         return [gf for gf in defined if isinstance(gf, DeviceFunction)]
 

@@ -140,6 +140,7 @@ from . import codegen
 from . import compiler as _compiler
 from . import world as _world
 from .kernels import Definitions, Kernel, LookupSite
+from .locks import new_lock
 from .lookup import forget_key
 from .methods import MethodError
 from .types import WEAK, type_name
@@ -196,7 +197,7 @@ _DEFAULTS = ("required", "none", "zero", "false")
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 #: the generated code of each signature, per back-end (code, not state: see the docstring)
 _factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
-_factories_lock = _world.new_lock(reentrant=False)
+_factories_lock = new_lock(reentrant=False)
 
 
 class Launcher:
@@ -375,7 +376,7 @@ class Launcher:
         factory = _factories.get(ident)
         if factory is not None:
             return factory
-        with _factories_lock:
+        with _factories_lock():
             factory = _factories.get(ident)
             if factory is None:
                 parts, namespace, params = self.template_params(full, resolved, ncaptured, instance)

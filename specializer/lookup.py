@@ -38,6 +38,7 @@ from typing import Any, TypeVar
 
 from . import codegen
 from . import world as _world
+from .locks import new_lock
 from .types import type_name
 
 __all__ = ["ENTRIES", "cached_lookup", "forget_key", "specialize"]
@@ -99,7 +100,7 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"not {type_name(spec.V)}: nothing was stored"
         )
     if not (bypass or _world.bypassing()):
-        with _lock:  # stores only; a hit never takes it
+        with _lock():  # stores only; a hit never takes it
             kept = [
                 (ew, ek, er)
                 for ew, ek, er in _entries(spec.cell)
@@ -133,7 +134,7 @@ _specializations: dict[tuple[int, Any, tuple[type, ...], type, type], FunctionTy
 #: unique: the callback runs before the code's memory can be reused.
 _sites: dict[int, tuple[Any, list[tuple[int, Any, tuple[type, ...], type, type]]]] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
-_lock = _world.new_lock()
+_lock = new_lock()
 
 
 def _release_site(site_id: int, _ref: object = None) -> None:
@@ -188,7 +189,7 @@ def specialize(
         raise TypeError(f"K is the key's type, got {K!r}")
     if not isinstance(tt, tuple) or not all(isinstance(t, type) for t in tt):
         raise TypeError(f"tt is a tuple of argument types, got {tt!r}")
-    with _lock:  # straight-line (generate is a call)
+    with _lock():  # straight-line (generate is a call)
         fn = _specializations.get(ident)
         if fn is not None:
             return fn

@@ -439,7 +439,7 @@ class GenericFunction:
             ):
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
-        ended = []
+        ended: list[Any] = []
         for tt, table in self._edges.items():
             if table and method.applies_weak(tt):
                 now = self._select_or_none(tt, live)

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import copyreg
 import operator
-import threading
 from typing import Any, ClassVar, cast
 
 import numpy as np
+
+from .locks import new_lock
 
 __all__ = [
     "WEAK",
@@ -35,7 +36,7 @@ __all__ = [
     "weak_type",
 ]
 
-_intern_lock = threading.RLock()
+_intern_lock = new_lock()
 
 
 def _scalar_type(t: Any) -> type[np.generic]:
@@ -81,7 +82,7 @@ class _ArrayMeta(type):
         cached = family._interned.get(t)
         if cached is not None:
             return cached
-        with _intern_lock:
+        with _intern_lock():
             cached = family._interned.get(t)
             if cached is not None:
                 return cached
@@ -154,7 +155,7 @@ class _StructMeta(type):
         cached = _structs.get(dt)
         if cached is not None:
             return cached
-        with _intern_lock:
+        with _intern_lock():
             cached = _structs.get(dt)
             if cached is None:
                 ns = {"dtype": dt, "__module__": __name__}

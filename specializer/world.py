@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import contextvars
 import os
-import threading
 import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import Any, NamedTuple, TypeVar
+
+from .locks import new_lock, renew_all
 
 __all__ = [
     "WORLD_MAX",
@@ -45,7 +46,6 @@ __all__ = [
     "invoke_in_world",
     "invokelatest",
     "latest",
-    "new_lock",
     "pinned_worlds",
 ]
 
@@ -53,40 +53,6 @@ R = TypeVar("R")
 
 #: The upper end of an open validity range ("valid until something changes").
 WORLD_MAX: int = 2**62
-
-
-# -- locks, made anew in a forked child -----------------------------------------------------
-
-
-class _ForkSafeLock:
-    """A lock (re-entrant or not) that a forked child gets fresh: a thread of the parent may
-    have held it at the fork, and that thread is not in the child."""
-
-    __slots__ = ("__weakref__", "_lock", "_reentrant")
-
-    def __init__(self, reentrant: bool) -> None:
-        self._reentrant = reentrant
-        self._lock: Any = threading.RLock() if reentrant else threading.Lock()
-
-    def renew(self) -> None:
-        self._lock = threading.RLock() if self._reentrant else threading.Lock()
-
-    def __enter__(self) -> bool:
-        return bool(self._lock.acquire())
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-
-#: Every lock of the package (one registry: the fork handler renews each).
-_locks: weakref.WeakSet[_ForkSafeLock] = weakref.WeakSet()
-
-
-def new_lock(reentrant: bool = True) -> _ForkSafeLock:
-    """A lock for ``with``, registered so that a forked child gets it fresh."""
-    lk = _ForkSafeLock(reentrant)
-    _locks.add(lk)
-    return lk
 
 
 # -- the published state --------------------------------------------------------------------
@@ -137,9 +103,9 @@ task_cell = _task.get
 _pins: dict[int, tuple[int, weakref.ref[_Pin]]] = {}
 
 
-def lock() -> _ForkSafeLock:
+def lock() -> Any:
     """The lock that serializes changes of world state: ``with lock():``. Re-entrant."""
-    return _lock
+    return _lock()
 
 
 def _publish(state: _State) -> None:
@@ -155,7 +121,7 @@ def refresh() -> None:
     """Set WORLD again if a publication was interrupted between its stores (the slow path
     calls this when it finds None and nothing needs it)."""
     if WORLD[0] is None and not _bypassing(STATE):
-        with _lock:
+        with _lock():
             if not _bypassing(STATE):
                 WORLD[0] = STATE.latest
 
@@ -171,10 +137,9 @@ def latest() -> int:
 def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
     cell = _task.get()
-    if cell is WORLD or not cell.live:
-        return STATE.latest
-    world: int = cell.world
-    return world
+    if isinstance(cell, _Pin) and cell.live:
+        return cell.world
+    return STATE.latest
 
 
 def publish_world(new: int) -> None:
@@ -185,7 +150,7 @@ def publish_world(new: int) -> None:
 
 def bump() -> int:
     """Raise the world counter for a change the library cannot see; returns the new world."""
-    with _lock:
+    with _lock():
         new = STATE.latest + 1
         publish_world(new)
     return new
@@ -252,7 +217,7 @@ def unpin_ended() -> None:
     """A task whose pin has ended (it outlived its ``invoke_in_world`` call) runs in the
     latest world: give it the hot path again (the slow path calls this)."""
     cell = _task.get()
-    if cell is not WORLD and not cell.live:
+    if isinstance(cell, _Pin) and not cell.live:
         _task.set(WORLD)
 
 
@@ -277,7 +242,7 @@ class Block:
         return any(b is self for b in STATE.blocks)
 
     def _begin(self) -> None:
-        with _lock:
+        with _lock():
             if self._begun:
                 raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
             self._begun = True
@@ -285,7 +250,7 @@ class Block:
 
     def _end(self) -> None:
         """End the block (nothing if it is not active)."""
-        with _lock:
+        with _lock():
             _publish(STATE._replace(blocks=tuple(b for b in STATE.blocks if b is not self)))
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
@@ -327,7 +292,7 @@ def _bypassing(state: _State) -> bool:
 def switch_precompile(on: bool | None) -> bool | None:
     """Switch precompile-output mode outright (None: as the environment says); returns the
     previous switch, for a block to restore."""
-    with _lock:
+    with _lock():
         previous = STATE.switch
         _publish(STATE._replace(switch=on))
     return previous
@@ -335,7 +300,7 @@ def switch_precompile(on: bool | None) -> bool | None:
 
 def set_environment_precompile(on: bool) -> None:
     """The mode the environment variable sets (where no switch or block is in effect)."""
-    with _lock:
+    with _lock():
         _publish(STATE._replace(precompile_env=bool(on)))
 
 
@@ -366,8 +331,7 @@ def _after_fork_in_child() -> None:
     # Every lock fresh (a thread of the parent may have held one), then a world of the
     # child's own: nothing cached in the parent (a lookup's result, a front entry) is reused
     # before a back-end has checked that its devices may be used here.
-    for lk in list(_locks):
-        lk.renew()
+    renew_all()
     _pins.clear()  # the parent's pinned calls are not running here
     _publish(STATE._replace(latest=STATE.latest + 1, forked=True))
 
