@@ -1,15 +1,15 @@
 # Generated from templates/lookup.py.j2 by tools/regen_generated.py; do not edit.
-def lookup_link_scale_Array_np_float32_float32_tuple_LinkedKernel(key, lookup, _world=None, _w0=None, _k0=None, _r0=None, _older=None):
-    # One read of the world: the latest world, or None while any task is pinned,
-    # a compile hook is active or precompile output is on. No entry holds None, so
-    # those cases fall through to _miss, which reads the task's own world.
-    w = _world[0]
-    if _w0 is w and (_k0 is key or _k0 == key):
-        return _r0
-    if _older[0] is w and (_older[1] is key or _older[1] == key):
-        return _older[2]
-    if _older[3] is w and (_older[4] is key or _older[4] == key):
-        return _older[5]
-    if _older[6] is w and (_older[7] is key or _older[7] == key):
-        return _older[8]
+def lookup_link_scale_Array_np_float32_float32_tuple_LinkedKernel(key, lookup, _task=None, _cell=None):
+    # The task's world, by value: the latest world, or None where the slow path decides
+    # (the task is pinned, a compile hook is active, precompile output is on).
+    w = _task()[0]
+    e = _cell[0]
+    if e[0] == w and (e[1] is key or e[1] == key):
+        return e[2]
+    if e[3] == w and (e[4] is key or e[4] == key):
+        return e[5]
+    if e[6] == w and (e[7] is key or e[7] == key):
+        return e[8]
+    if e[9] == w and (e[10] is key or e[10] == key):
+        return e[11]
     return _miss(key, lookup)

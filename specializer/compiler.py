@@ -292,7 +292,11 @@ def _sweep(ended: list[Any], after: bool) -> None:
                 _retained[ci] = None
         return
     pinned = _world.pinned_worlds()
+    latest = _world.latest()
     for ci in list(_retained):
+        if ci.max_world >= latest:  # not closed after all (its definition was undone)
+            _retained.pop(ci, None)
+            continue
         if any(ci.min_world <= w <= ci.max_world for w in pinned):
             continue
         key = _key(ci.mi, ci.config)

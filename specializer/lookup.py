@@ -101,13 +101,14 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
         )
     if not (bypass or _world.bypassing()):
         with _lock():  # stores only; a hit never takes it
-            kept = [
-                (ew, ek, er)
-                for ew, ek, er in _entries(spec.cell)
-                if not (ew == w and (ek is key or ek == key))
-            ]
-            spec.cell[0] = _flat([(w, key, result), *kept])  # the one publishing store
+            spec.cell[0] = _with_entry(spec.cell, w, key, result)  # the one publishing store
     return result
+
+
+def _with_entry(cell: list[tuple[Any, ...]], w: int, key: Any, result: Any) -> tuple[Any, ...]:
+    """The cell's entries with (w, key, result) in front, the oldest dropped."""
+    kept = [e for e in _entries(cell) if not (e[0] == w and (e[1] is key or e[1] == key))]
+    return _flat([(w, key, result), *kept])
 
 
 def forget_key(part: Any) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import inspect
 import operator
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import Any, NamedTuple, Protocol, TypeGuard
 
 from . import world as _world
@@ -301,11 +302,16 @@ def register_backedges(
     _edge_sites[edge] = sites
 
 
-def _close_edges(edges: Iterable[Any], max_world: int) -> None:
-    """End each edge's validity at ``max_world`` and unregister it."""
+def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> None:
+    """Undo a definition that an interrupt stopped before its world was published."""
+    gf._table = table
+    for m, max_world in ranges:
+        m.max_world = max_world
+
+
+def _unregister(edges: Iterable[Any]) -> None:
+    """Unregister each (ended) edge from every table it is registered in."""
     for edge in edges:
-        if edge.max_world > max_world:
-            edge.max_world = max_world
         for gf, tt in _edge_sites.pop(edge, ()):
             table = gf._edges.get(tt)
             if table is not None:
@@ -407,24 +413,19 @@ class GenericFunction:
     ) -> Method:
         """Make a definition in world ``latest() + 1``. Call with the world lock held.
 
-        Everything is computed aside from the current table, then stored in an order whose
-        every intermediate state is valid:
-
-        1. the code and dispatches it changes are closed at the current world (no reader is
-           in a later one yet, so this changes nothing they see; the compiled-code cache
-           records the closed code first, so a later sweep finds it whatever happens next);
-        2. the new table is published: all it changes is from the new world on;
-        3. the new world is published: from here the definition is seen whole;
-        4. code no world can reach is released (the sweep).
-
-        An interrupt before 2 leaves the definition not made; after 2, it is made whole,
-        seen from the next world published (this one's, or the next definition's or bump's,
-        whichever comes first: the table holds it already).
+        Everything is computed aside from the current table. Then the definition is
+        recorded as in flight with its undo, the replaced method and the code whose dispatch
+        it changes are closed at the current world (no reader is past it yet, so nothing
+        they see changes), the new table is published (all it changes is from the new world
+        on), and the new world is published, which ends the record: from that store on the
+        definition is whole. An interrupt before it leaves the record, and whoever raises
+        the world next undoes the rest first (see ``world.begin_definition``). Last, code no
+        world can reach is released (the sweep; what an interrupt leaves of it, the next
+        definition's sweep releases).
         """
-        latest = _world.latest()
-        new_world = latest + 1
         old = self._table
-        method = Method(self, fn, sig, callees, new_world)
+        latest = _world.latest()
+        method = Method(self, fn, sig, callees, latest + 1)
         replaced = [m for m in old.live if m.signature == sig]
         live = (*(m for m in old.live if m.signature != sig), method)
         # Only signatures the new method takes can dispatch differently now (a replaced
@@ -444,15 +445,17 @@ class GenericFunction:
             if table and method.applies_weak(tt):
                 now = self._select_or_none(tt, live)
                 ended.extend(edge for edge, m in table.items() if m is not now)
+        undo = partial(_undo, self, old, [(m, m.max_world) for m in (*replaced, *ended)])
+        new_world = _world.begin_definition(undo)
         for listener in _on_invalidate:
             listener(ended, False)
-        _close_edges(ended, latest)  # 1
-        self._table = _Table((*old.history, method), live, new_world, dispatch)  # 2
-        for m in replaced:
-            m.max_world = latest  # read for worlds before the table's ``since`` only
-        _world.publish_world(new_world)  # 3
+        for m in (*replaced, *ended):
+            m.max_world = latest  # closed at a world no reader is past yet: nothing changes
+        self._table = _Table((*old.history, method), live, new_world, dispatch)
+        _world.publish_world(new_world)  # the definition is whole from here
+        _unregister(ended)
         for listener in _on_invalidate:
-            listener(ended, True)  # 4
+            listener(ended, True)
         return method
 
     # -- dispatch ------------------------------------------------------------------------

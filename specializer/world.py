@@ -71,9 +71,12 @@ class _State(NamedTuple):
     switch: bool | None
     #: this process is a fork of one that had imported specializer
     forked: bool
+    #: how to undo a definition in flight (recorded before its first change, cleared by the
+    #: store that publishes its world), or None
+    in_flight: Callable[[], object] | None
 
 
-STATE = _State(latest=1, blocks=(), precompile_env=False, switch=None, forked=False)
+STATE = _State(latest=1, blocks=(), precompile_env=False, switch=None, forked=False, in_flight=None)
 #: The latest world, or None while cached lookups bypass their caches: an unpinned task's cell.
 WORLD: list[int | None] = [1]
 _lock = new_lock()
@@ -142,15 +145,35 @@ def current() -> int:
     return STATE.latest
 
 
+def begin_definition(undo: Callable[[], object]) -> int:
+    """Record a definition about to change state, with what undoes its changes; returns its
+    world. Call with :func:`lock` held, before the first change; :func:`publish_world` ends
+    it. A definition an interrupt stopped before that is undone by whoever raises the world
+    next, so it happened whole or not at all."""
+    global STATE
+    _undo_in_flight()
+    STATE = STATE._replace(in_flight=undo)  # nothing a reader looks at
+    return STATE.latest + 1
+
+
+def _undo_in_flight() -> None:
+    global STATE
+    undo = STATE.in_flight
+    if undo is not None:
+        undo()  # idempotent stores: an interrupt here leaves the record for the next raiser
+        STATE = STATE._replace(in_flight=None)
+
+
 def publish_world(new: int) -> None:
-    """Make ``new`` (``latest() + 1``) the latest world: the last store of a definition.
-    Call with :func:`lock` held, after every other change the definition makes is in place."""
-    _publish(STATE._replace(latest=new))
+    """Make ``new`` the latest world: the store that completes a definition (and clears its
+    record). Call with :func:`lock` held, after every change the definition makes."""
+    _publish(STATE._replace(latest=new, in_flight=None))
 
 
 def bump() -> int:
     """Raise the world counter for a change the library cannot see; returns the new world."""
     with _lock():
+        _undo_in_flight()
         new = STATE.latest + 1
         publish_world(new)
     return new
@@ -193,12 +216,16 @@ def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dic
     try:
         # Registered before it is in force (code of its world is kept from here on) and
         # ended before it is unregistered: an interrupt anywhere leaves no pin in force.
-        _pins[id(pin)] = (world, weakref.ref(pin, partial(_pins.pop, id(pin), None)))
+        _pins[id(pin)] = (world, weakref.ref(pin, partial(_drop_pin, id(pin))))
         _task.set(pin)
         return fn(*args, **kwargs)
     finally:
         pin.live = False
         _pins.pop(id(pin), None)
+
+
+def _drop_pin(key: int, _ref: object = None) -> None:
+    _pins.pop(key, None)
 
 
 def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
@@ -242,11 +269,18 @@ class Block:
         return any(b is self for b in STATE.blocks)
 
     def _begin(self) -> None:
-        with _lock():
-            if self._begun:
-                raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
-            self._begun = True
-            _publish(STATE._replace(blocks=(*STATE.blocks, self)))
+        """Make the block active: what its ``__enter__`` does. An exception raised after the
+        block was published (an interrupt as the lock is released) ends it again, since its
+        with statement will not call ``__exit__``."""
+        try:
+            with _lock():
+                if self._begun:
+                    raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
+                self._begun = True
+                _publish(STATE._replace(blocks=(*STATE.blocks, self)))
+        except BaseException:
+            self._end()
+            raise
 
     def _end(self) -> None:
         """End the block (nothing if it is not active)."""
@@ -333,6 +367,7 @@ def _after_fork_in_child() -> None:
     # before a back-end has checked that its devices may be used here.
     renew_all()
     _pins.clear()  # the parent's pinned calls are not running here
+    _undo_in_flight()  # a definition another thread of the parent was making
     _publish(STATE._replace(latest=STATE.latest + 1, forked=True))
 
 

@@ -1317,12 +1317,12 @@ def weak_takeover(out: cl.Array[np.int64], v: np.int32) -> str:
 
 
 def define_weak_takeover_int64():
-    @cl.kernel
     def weak_takeover(out: cl.Array[np.int64], v: np.int64) -> str:
         return """__kernel void weak_takeover(__global long *out, const long v)
                   { out[get_global_id(0)] = v + 1; }"""
 
-    return weak_takeover
+    weak_takeover.__qualname__ = "weak_takeover"  # a method of the module-level kernel
+    return cl.kernel(weak_takeover)
 
 
 def test_a_later_int64_method_takes_python_ints_in_the_new_world_only(queue):

@@ -249,21 +249,29 @@ def test_callee_redefinition_recompiles_exactly_the_dependent_kernels():
 
 
 def test_a_definition_made_while_a_lookup_runs_is_seen_by_the_next_lookup():
-    @py.device
-    def rising() -> str:
-        return "def rising(): return 1.0"
+    def define_rising(first):  # one qualified name for both, so the second redefines
+        if first:
 
+            @py.device
+            def rising() -> str:
+                return "def rising(): return 1.0"
+
+        else:
+
+            @py.device
+            def rising() -> str:
+                return "def rising(): return 2.0"
+
+        return rising
+
+    rising = define_rising(True)
     redefined = []
 
     @py.kernel(callees=[rising])
     def uses_rising(x: F32) -> str:
         if not redefined:
             redefined.append(specializer.latest())
-
-            @py.device
-            def rising() -> str:
-                return "def rising(): return 2.0"
-
+            define_rising(False)
         return "def uses_rising(i, x): x[i] = rising()"
 
     x = zeros()

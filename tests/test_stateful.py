@@ -17,9 +17,9 @@ Worlds and method tables are process-global, so every example makes fresh functi
 
 from __future__ import annotations
 
-import contextvars
 import itertools
 import math
+import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -33,6 +33,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from pinned import PinnedThread
 from pybackend import CONFIG, typeof
 
 import specializer
@@ -79,6 +80,13 @@ INF = math.inf
 MAX_PINS = 4
 
 _fresh = itertools.count()
+
+
+def _event(value: str) -> None:
+    """hypothesis.event, which records only from the test's own thread (a pinned lookup runs
+    in a PinnedThread)."""
+    if threading.current_thread() is threading.main_thread():
+        event(value)
 
 
 def _le(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
@@ -214,7 +222,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         self.methods: dict[int, object] = {}  # fid -> the core's Method
         self.fids = itertools.count()
         self.compiled: dict[tuple[str, tuple[type, ...]], list[Compiled]] = defaultdict(list)
-        self.pins: list[tuple[int, contextvars.Context]] = []
+        self.pins: list[tuple[int, PinnedThread]] = []
         self.recent: list[tuple[str, tuple[type, ...], str]] = []
 
     # -- helpers -----------------------------------------------------------------------------
@@ -233,7 +241,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         return self.pins[-1][0] if self.pins else self.model.world
 
     def _run(self, fn, *args):
-        """Run ``fn`` in the innermost pinned context (or unpinned)."""
+        """Run ``fn`` in the innermost pinned thread (or unpinned, here)."""
         return self.pins[-1][1].run(fn, *args) if self.pins else fn(*args)
 
     def _valid(self, c: Compiled, k: str, tt: tuple[type, ...], w: int) -> bool:
@@ -282,7 +290,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         except MethodError as e:
             assert type(e) is deps, (e, deps)
             assert compile_count() == before
-            event(f"kernel lookup: {type(e).__name__}")
+            _event(f"kernel lookup: {type(e).__name__}")
             return
         assert not isinstance(deps, type), deps
         covered = self._covered(k, tt, w, deps)
@@ -290,7 +298,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
             f"compile count rose by {compile_count() - before}, model says "
             f"{'still valid' if covered else 'must compile'} in world {w}"
         )
-        event(
+        _event(
             f"kernel lookup: {'reused' if covered else 'compiled'}"
             f"{' in an older world' if w < self.model.world else ''}"
         )
@@ -298,7 +306,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
             changed = self.model.deps(k, tt, self.model.world) != deps
             self.compiled[(k, tt)].append(Compiled(w, deps, changed))
             if changed:
-                event("compiled in an older world whose code is no longer current")
+                _event("compiled in an older world whose code is no longer current")
         assert fn(*(t(1) for t in tt)) == self.model.output(k, tt, w)
 
     # -- definitions -------------------------------------------------------------------------
@@ -372,15 +380,14 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
     @precondition(lambda self: len(self.pins) < MAX_PINS)
     @rule(pick=st.integers(0, 10**6))
     def pin(self, pick: int) -> None:
-        # A context copied inside invoke_in_world keeps its pin after the call returns.
+        # A thread inside invoke_in_world: the pin lasts until it is told to return.
         w = _pick_world(self.start, pick)
-        ctx = self._run(invoke_in_world, w, contextvars.copy_context)
-        self.pins.append((w, ctx))
+        self.pins.append((w, PinnedThread(w)))
 
     @precondition(lambda self: self.pins)
     @rule()
     def unpin(self) -> None:
-        self.pins.pop()
+        self.pins.pop()[1].end()
 
     # -- lookups ---------------------------------------------------------------------------
 
@@ -417,7 +424,8 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         assert self._run(current) == self._world()
 
     def teardown(self) -> None:
-        self.pins.clear()
+        while self.pins:
+            self.unpin()
 
 
 TestDispatchAndCompile = DispatchAndCompileMachine.TestCase
@@ -508,7 +516,8 @@ class CachedEqualsUncachedMachine(RuleBasedStateMachine):
         self.value_calls = 0
         # The model of each cell: (world, key) of its results, most recent first.
         self.cells: dict[tuple, list[tuple[int, object]]] = defaultdict(list)
-        # ("pin", world, ctx) | ("hook", cm, [count]) | ("precompile", cm, on), innermost last
+        # ("pin", world, PinnedThread) | ("hook", cm, [count]) | ("precompile", cm, on),
+        # innermost last
         self.frames: list[tuple] = []
         self.recent_kernel: list[tuple[tuple[type, ...], object]] = []
         self.recent_keys: list[object] = []
@@ -596,9 +605,9 @@ class CachedEqualsUncachedMachine(RuleBasedStateMachine):
     )
     def push_frame(self, kind: str, pick: int, on: bool) -> None:
         if kind == "pin":
-            # A context copied inside invoke_in_world keeps its pin after the call returns.
+            # A thread inside invoke_in_world: the pin lasts until it is told to return.
             w = _pick_world(self.start, pick)
-            self.frames.append(("pin", w, self._run(invoke_in_world, w, contextvars.copy_context)))
+            self.frames.append(("pin", w, PinnedThread(w)))
         elif kind == "hook":
             count = [0]
 
@@ -617,8 +626,10 @@ class CachedEqualsUncachedMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.frames)
     @rule()
     def pop_frame(self) -> None:
-        kind, cm, _ = self.frames.pop()
-        if kind != "pin":
+        kind, cm, extra = self.frames.pop()
+        if kind == "pin":
+            extra.end()  # the PinnedThread
+        else:
             cm.__exit__(None, None, None)
 
     # -- lookups ---------------------------------------------------------------------------
@@ -645,7 +656,7 @@ class CachedEqualsUncachedMachine(RuleBasedStateMachine):
 
         (got, got_err), (want, want_err) = self._run(both)
         assert self.kernel_calls - calls == (1 if runs else 0)
-        event(
+        _event(
             f"cached kernel lookup: {'ran lookup' if runs else 'hit'}"
             f"{', bypassed' if self._bypass() else ''}"
         )
@@ -681,7 +692,7 @@ class CachedEqualsUncachedMachine(RuleBasedStateMachine):
 
         got, err = self._run(call)
         assert self.value_calls - calls == (1 if runs else 0)
-        event(
+        _event(
             f"cached value lookup: {'ran lookup' if runs else 'hit'}"
             f"{', pinned' if any(f[0] == 'pin' for f in self.frames) else ''}"
         )
