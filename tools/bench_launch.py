@@ -34,10 +34,25 @@ contexts in turn at most 1.5x one; and of issue 10: ``launch`` at most 1.0x type
 CPU time, a launch with build options the same as one without. Every variant's launches are
 checked to have run: its array's value counts them.
 
+``--backend python`` measures the launch path itself instead, on the test suite's pure-Python
+back-end (tests/pybackend.py, ``py``), whose compiled function is trivial (it counts its calls):
+a kernel ``k(a: py.Array[np.float32], b: np.float32)`` launched on one work item, each variant a
+kernel of its own (the same source), against
+
+- the floor: a plain call of the compiled function, ``fn(0, x, b)``;
+- the launch block by hand: what tests/templates/python_entry.py.j2's ``launch`` block does
+  (check the size, call ``fn`` once per work item), written in one function and called as
+  ``block(x, b, size=1)``;
+
+and ``py.launch(k, x, b, size=1)`` and ``hk = py.function(k, tt)``, then ``hk(x, b, size=1)``.
+The same two columns, each also as the instructions and CPU time above the hand-written block:
+what the library's launch path costs; the bar: ``launch`` at most 1,000 instructions above it
+on CPython 3.11 and 3.12.
+
 Run: ``python tools/bench_launch.py`` (a couple of minutes on two cores, most of it starting
 pyopencl and PoCL under callgrind); ``--python PATH`` runs it all under another interpreter
 (one with specializer, pyopencl and pocl installed); ``--quick`` is a smoke run (fewer loops,
-no valgrind).
+no valgrind); ``--backend python`` the pure-Python back-end's table (about a minute).
 """
 
 from __future__ import annotations
@@ -51,14 +66,24 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 
-import numpy as np
-import pyopencl
-import pyopencl.array as cla
-from callgrind import thread_dumps  # tools/callgrind.py, beside this script
+_CHECKOUT = Path(__file__).resolve().parent.parent
+# Under the checkout: tools/ (callgrind.py), the checkout's specializer before an installed
+# one, and tests/ (pybackend, for --backend python).
+for _path in (_CHECKOUT / "tools", _CHECKOUT):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+if str(_CHECKOUT / "tests") not in sys.path:
+    sys.path.append(str(_CHECKOUT / "tests"))
 
-import specializer
-from specializer.backends import opencl as cl
+import numpy as np  # noqa: E402
+import pyopencl  # noqa: E402
+import pyopencl.array as cla  # noqa: E402
+from callgrind import thread_dumps  # noqa: E402  # tools/callgrind.py
+
+import specializer  # noqa: E402
+from specializer.backends import opencl as cl  # noqa: E402
 
 FINISH_EVERY = 100
 CALLGRIND_LAUNCHES = 2_000  # launches per variant and pass under callgrind
@@ -296,27 +321,29 @@ def _settle(variants: dict[str, Variant]) -> None:
     gc.disable()
 
 
-def _under_callgrind(variants: dict[str, Variant]) -> None:
+def _under_callgrind(variants: dict[str, Variant], launches: int = CALLGRIND_LAUNCHES) -> None:
     """PASSES passes over the variants, each loop between two markers, in table order: dump 1
     is start-up, dump 2 + pass * len(variants) + i variant i, the remainder the check."""
     _settle(variants)
     os.getppid()
     for _ in range(PASSES):
         for v in variants.values():
-            v(CALLGRIND_LAUNCHES)
+            v(launches)
             os.getppid()
     gc.enable()
     _check(variants)
 
 
-def _instructions(names: list[str]) -> tuple[dict[str, float], str, float]:
+def _instructions(
+    names: list[str], *args: str, launches: int = CALLGRIND_LAUNCHES
+) -> tuple[dict[str, float], str, float]:
     """Host-thread instructions per launch of each variant in the last pass (not yet less the
     empty loop), and the variant whose passes differ most, by how much (a fraction)."""
-    dumps = thread_dumps(__file__, "--under-callgrind")
+    dumps = thread_dumps(__file__, "--under-callgrind", *args)
     if len(dumps) != PASSES * len(names) + 2:
         raise RuntimeError(f"{len(dumps)} dumps for {PASSES} passes of {len(names)} variants")
     passes = [
-        {name: dumps[1 + p * len(names) + i] / CALLGRIND_LAUNCHES for i, name in enumerate(names)}
+        {name: dumps[1 + p * len(names) + i] / launches for i, name in enumerate(names)}
         for p in range(PASSES)
     ]
     spread = {
@@ -347,6 +374,172 @@ def _rounds(variants: dict[str, Variant], n: int, rounds: int) -> dict[str, list
     return samples
 
 
+# -- --backend python: the launch path on the test suite's pure-Python back-end --------------
+
+PY_LAUNCHES = 20_000  # launches per variant and pass under callgrind (no device: exact)
+PY_SIZE = 1  # work items per launch
+PY_BAR = 1_000  # instructions of `launch` above the hand-written block, on 3.11 and 3.12
+PY_SOURCE = "# {tag}\ncalls = 0\ndef k(i, a, b):\n    global calls\n    calls += 1\n"
+BY_HAND = "by hand"
+PY_ROWS = {
+    "floor": "floor: the compiled function, `fn(0, x, b)`",
+    BY_HAND: "the `launch` block of python_entry.py.j2 by hand, `block(x, b, size=1)`",
+    "launch": "`py.launch(k, x, b, size=1)`",
+    "hostkernel": "`hk = py.function(k, tt)`, then `hk(x, b, size=1)`",
+    EMPTY: "empty loop, subtracted from every row above",
+}
+
+
+def _py_setup() -> dict[str, Variant]:
+    """The variants of --backend python, each on a kernel of its own (a closure over its tag,
+    so a kernel apart), whose compiled function counts its calls."""
+    from pybackend import _size, py  # tests/pybackend.py
+
+    tt = (py.Array[np.float32], np.float32)
+    b = np.float32(1)
+    launch = py.launch
+
+    def kernel(tag: str):
+        def k(a: py.Array[np.float32], b: np.float32) -> str:
+            return PY_SOURCE.format(tag=tag)
+
+        k = py.kernel(k, localns={"py": py})  # annotations are strings here
+        x = np.zeros(1, np.float32)
+        launch(k, x, b, size=PY_SIZE)  # compile and link; its front entry
+        fn = py.function(k, tt).linked.fn
+        fn.__globals__["calls"] = 0
+        return k, x, fn, lambda: fn.__globals__["calls"]
+
+    variants: dict[str, Variant] = {}
+
+    _, x_floor, fn_floor, calls = kernel("floor")
+
+    def floor_loop(n):
+        for _ in range(n):
+            fn_floor(0, x_floor, b)
+
+    variants["floor"] = Variant(floor_loop, calls, 1)
+
+    _, x_hand, fn_hand, calls = kernel("by hand")
+
+    def by_hand(fn):
+        def block(a0, a1, size):  # the template's `launch` block, "value" kinds
+            if size.__class__ is not int or size < 0:
+                size = _size(size)
+            for i in range(size):
+                fn(i, a0, a1)
+
+        return block
+
+    block = by_hand(fn_hand)
+
+    def by_hand_loop(n):
+        for _ in range(n):
+            block(x_hand, b, size=PY_SIZE)
+
+    variants[BY_HAND] = Variant(by_hand_loop, calls, PY_SIZE)
+
+    k_launch, x_launch, _, calls = kernel("launch")
+
+    def launch_loop(n):
+        for _ in range(n):
+            launch(k_launch, x_launch, b, size=PY_SIZE)
+
+    variants["launch"] = Variant(launch_loop, calls, PY_SIZE)
+
+    k_hk, x_hk, _, calls = kernel("hostkernel")
+    hk = py.function(k_hk, tt)
+
+    def hostkernel_loop(n):
+        for _ in range(n):
+            hk(x_hk, b, size=PY_SIZE)
+
+    variants["hostkernel"] = Variant(hostkernel_loop, calls, PY_SIZE)
+
+    def empty_loop(n):
+        for _ in range(n):
+            pass
+
+    variants[EMPTY] = Variant(empty_loop, lambda: 0, 0)
+
+    assert list(variants) == list(PY_ROWS)
+    for v in variants.values():
+        v(WARM_UP)
+    return variants
+
+
+def _py_main(args: argparse.Namespace) -> int:
+    variants = _py_setup()
+    if args.under_callgrind:
+        _under_callgrind(variants, PY_LAUNCHES)
+        return 0
+    have_vg = not args.quick and shutil.which("valgrind") is not None
+    print(
+        f"Python {sys.version.split()[0]} ({sys.executable}), numpy {np.__version__}, "
+        f"specializer {specializer.__version__} ({Path(specializer.__file__).parent}), the "
+        f"test suite's pure-Python back-end (tests/pybackend.py), {os.cpu_count()} CPUs"
+    )
+    print(
+        f"thread CPU time: medians of {args.rounds} interleaved rounds of {args.launches} "
+        "launches per variant; instructions: "
+        + (
+            f"{PY_LAUNCHES} launches per variant under callgrind --separate-threads=yes, main "
+            f"thread only, the last of {PASSES} passes"
+            if have_vg
+            else ("not measured (--quick)" if args.quick else "not measured (no valgrind)")
+        )
+        + f"; {PY_SIZE} work item per launch; both less the empty loop's",
+        flush=True,
+    )
+    print("measuring", end="", file=sys.stderr, flush=True)
+    samples = _rounds(variants, args.launches, args.rounds)
+    _check(variants)
+    insns, worst, spread = (
+        _instructions(list(variants), "--backend", "python", launches=PY_LAUNCHES)
+        if have_vg
+        else ({}, "", 0.0)
+    )
+    print(" done", file=sys.stderr)
+
+    med = {name: statistics.median(s) * 1000 for name, s in samples.items()}  # ns
+    cpu = {name: med[name] - med[EMPTY] for name in variants}
+    ins = {name: insns[name] - insns[EMPTY] for name in variants} if insns else {}
+    print(
+        "\n| variant | insns/launch | above by hand | x floor | thread CPU ns/launch "
+        "| above by hand |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, label in PY_ROWS.items():
+        if name == EMPTY:
+            i = f"{insns[name]:,.0f}" if insns else "-"
+            print(f"| {label} | {i} | | | {med[name]:.1f} | |")
+            continue
+        if ins:
+            above, x = ins[name] - ins[BY_HAND], ins[name] / ins["floor"]
+            i = f"{ins[name]:,.0f} | {above:+,.0f} | {x:.2f}"
+        else:
+            i = "- | - | -"
+        print(f"| {label} | {i} | {cpu[name]:.1f} | {cpu[name] - cpu[BY_HAND]:+.1f} |")
+
+    v = sys.version_info[:2]
+    over = ins["launch"] - ins[BY_HAND] if ins else None
+    if over is None:
+        line = "not measured"
+    elif v in ((3, 11), (3, 12)):
+        line = f"{over:,.0f} (bar: at most {PY_BAR:,}: {'holds' if over <= PY_BAR else 'MISSED'})"
+    else:
+        line = f"{over:,.0f} (the bar of {PY_BAR:,} is for 3.11 and 3.12)"
+    print(f"\nbar (CPython {v[0]}.{v[1]}): launch above the block by hand, instructions: {line}")
+    if insns:
+        print(f"callgrind: the {PASSES} passes differ by at most {spread:.1%} ({PY_ROWS[worst]})")
+    print(
+        "checked: each variant's compiled function counted its calls "
+        f"({variants['launch'].ran} launches here"
+        + (f", {2 * WARM_UP + PASSES * PY_LAUNCHES} under callgrind)" if insns else ")")
+    )
+    return 0
+
+
 def _bar(value: float, limit: float) -> str:
     return f"{value:.3f} (bar: at most {limit:.2f}: {'holds' if value <= limit else 'MISSED'})"
 
@@ -363,6 +556,12 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=25, help="interleaved rounds")
     p.add_argument("--quick", action="store_true", help="a smoke run: fewer loops, no valgrind")
     p.add_argument(
+        "--backend",
+        choices=("opencl", "python"),
+        default="opencl",
+        help="python: the launch path on the test suite's pure-Python back-end",
+    )
+    p.add_argument(
         "--python",
         metavar="PATH",
         help="run the whole benchmark under this interpreter (with specializer, pyopencl, pocl)",
@@ -372,9 +571,12 @@ def main() -> int:
         argv = [args.python, os.path.abspath(__file__)]
         argv += ["--launches", str(args.launches), "--rounds", str(args.rounds)]
         argv += ["--quick"] if args.quick else []
+        argv += ["--backend", args.backend]
         return subprocess.run(argv).returncode
     if args.quick:
         args.launches, args.rounds = min(args.launches, 200), min(args.rounds, 3)
+    if args.backend == "python":
+        return _py_main(args)
     n = max(FINISH_EVERY, args.launches // FINISH_EVERY * FINISH_EVERY)
     assert 2 * WARM_UP + n * args.rounds < 2**24, "too many launches to count exactly in a float32"
 
