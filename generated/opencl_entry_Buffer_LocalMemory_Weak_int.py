@@ -8,11 +8,8 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, a2, = params
-        t = _LAST_SIZE[0]
-        if global_size is t[0] and local_size is None and global_offset is None:
-            global_size = t
-        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = _LAST_SIZE[0] = (global_size,)
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
@@ -57,11 +54,8 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            t = _LAST_SIZE[0]
-            if global_size is t[0] and local_size is None and global_offset is None:
-                global_size = t
-            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = _LAST_SIZE[0] = (global_size,)
+            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = (global_size,)
             else:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
             try:
@@ -101,11 +95,8 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
         if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        t = _LAST_SIZE[0]
-        if global_size is t[0] and local_size is None and global_offset is None:
-            global_size = t
-        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = _LAST_SIZE[0] = (global_size,)
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:

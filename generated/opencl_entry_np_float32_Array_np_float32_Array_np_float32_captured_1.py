@@ -8,11 +8,8 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, a2, = params
-        t = _LAST_SIZE[0]
-        if global_size is t[0] and local_size is None and global_offset is None:
-            global_size = t
-        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = _LAST_SIZE[0] = (global_size,)
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
@@ -65,11 +62,8 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            t = _LAST_SIZE[0]
-            if global_size is t[0] and local_size is None and global_offset is None:
-                global_size = t
-            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = _LAST_SIZE[0] = (global_size,)
+            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = (global_size,)
             else:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
             try:
@@ -117,11 +111,8 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
         if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        t = _LAST_SIZE[0]
-        if global_size is t[0] and local_size is None and global_offset is None:
-            global_size = t
-        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = _LAST_SIZE[0] = (global_size,)
+        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = (global_size,)
         else:
             global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:

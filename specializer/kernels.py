@@ -425,9 +425,7 @@ class LookupSite:
 
     ``link(F, tt, key)`` is the uncached lookup (usually ``uncached_lookup`` with the config
     and context the key names). :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V,
-    F, tt, key)`` with ``link`` as the call site and the specialized function kept per
-    (F, tt), so a lookup does not search for it by the key's type and ``V`` too (every key is
-    a tuple).
+    F, tt, key)`` with ``link`` as the call site (every key is a tuple).
     """
 
     def __init__(
@@ -437,15 +435,11 @@ class LookupSite:
         self.V = V
         self.link = link  # looked up on every miss, so a test may wrap it
         self._site = link.__code__
-        self._specialized: dict[tuple[Any, tuple[type, ...]], Callable[..., Any]] = {}
 
     def lookup(self, F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> Any:
         """The cached lookup of (F, tt) for ``key`` in the task's world."""
-        fn = self._specialized.get((F, tt))
-        if fn is None:
-            fn = self._specialized.setdefault((F, tt), specialize(self._site, self.V, F, tt, tuple))
 
         def lookup() -> Any:
             return self.link(F, tt, key)
 
-        return fn(key, lookup)
+        return specialize(self._site, self.V, F, tt, tuple)(key, lookup)

@@ -143,7 +143,7 @@ from .kernels import Definitions, Kernel, LookupSite
 from .locks import new_lock
 from .lookup import forget_key
 from .methods import MethodError
-from .types import WEAK, type_name
+from .types import WEAK, DeviceArray, Struct, type_name
 
 __all__ = ["NOTHING", "HostKernel", "Launcher", "forget", "signature"]
 
@@ -230,6 +230,10 @@ class Launcher:
     host_class: ClassVar[type[HostKernel]] = HostKernel
     #: the name launch and lookup messages use ("launch", "clfunction")
     lookup_name: ClassVar[str] = "the lookup"
+    #: every guard kind :meth:`guard_of` may return, and whether it checks an argument type's
+    #: parameters (an array's or a struct's dtype) besides its class: the core's two, and
+    #: those the back-end's ``guard`` block adds
+    guard_kinds: ClassVar[dict[str, bool]] = {"cls": False, "cls_dtype": True}
 
     def __init__(self, definitions: Definitions) -> None:
         self.definitions = definitions
@@ -269,11 +273,7 @@ class Launcher:
         source = codegen.render(
             self.template, name="entry_check", **self._params((), (), [], [], 0, False)
         )
-        entry = next(
-            n
-            for n in ast.walk(ast.parse(source))
-            if isinstance(n, ast.FunctionDef) and n.name == "entry"
-        )
+        entry = _function_named(source, "entry")
         stored = any(
             isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
             for n in ast.walk(entry)
@@ -285,6 +285,26 @@ class Launcher:
                 f"it was published for; without it every launch would take the slow path. Set "
                 f"it in the block, e.g. `{name} = <the where option, or its default when None>`"
             )
+
+        for kind in self.guard_kinds:  # each declared kind has its expression in the template
+            source = codegen.render(
+                self.template,
+                name="entry_check",
+                **self._params((object,), (object,), [kind], ["guard_check"], 0, False),
+            )
+            tests = [
+                n.operand
+                for n in ast.walk(_function_named(source, "call"))
+                if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)
+            ]
+            if not any(
+                isinstance(n, ast.Name) and n.id == "a0" for t in tests for n in ast.walk(t)
+            ):
+                raise TypeError(
+                    f"{what}: guard kind {kind!r} (Launcher.guard_kinds) renders no check in "
+                    f"template {self.template!r}: its `guard` block must render it (see "
+                    "templates/guards.j2)"
+                )
 
     # -- what a back-end supplies -----------------------------------------------------------
 
@@ -398,13 +418,32 @@ class Launcher:
         guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
         namespace = {"_TASK": _world.task_cell, "_ndarray": np.ndarray, **namespace}
         for i, t in enumerate(full[ncaptured:], ncaptured):
-            _, cls, dtype = self.guard_of(t)
+            kind, cls, dtype = self.guard_of(t)
+            self._check_guard(t, kind)
             namespace[f"_C{i}"] = cls
             namespace[f"_D{i}"] = dtype
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
         return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
+
+    def _check_guard(self, t: type, kind: str) -> None:
+        """Refuse a guard kind the back-end does not declare, and, for a parametric argument
+        type, one that does not check the parameters (an int64 array would pass a float32
+        array's guard and run its code)."""
+        what = f"back-end {self.name!r}: guard_of({type_name(t)})"
+        checks = self.guard_kinds.get(kind)
+        if checks is None:
+            raise TypeError(
+                f"{what} returned guard kind {kind!r}, which is not one of its guard_kinds "
+                f"({', '.join(sorted(self.guard_kinds))}); see docs/backend.md, 'Guards'"
+            )
+        if not checks and issubclass(t, (DeviceArray, Struct)):
+            raise TypeError(
+                f"{what} returned guard kind {kind!r}, which checks the class only: an argument "
+                f"of another {'dtype' if issubclass(t, DeviceArray) else 'layout'} would take "
+                'this signature\'s code; use a kind that checks the dtype ("cls_dtype")'
+            )
 
     def _params(
         self,
@@ -581,6 +620,12 @@ def forget(part: Any) -> list[Any]:
     for linked in dropped:
         linked.bound.clear()
     return dropped
+
+
+def _function_named(source: str, name: str) -> ast.FunctionDef:
+    return next(
+        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name
+    )
 
 
 #: values that cannot change: a front entry compares one by identity, then by value

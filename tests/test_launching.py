@@ -333,3 +333,80 @@ def test_no_critical_section_of_the_package_holds_a_loop():
                 if isinstance(sub, loops):
                     found.append(f"{path.relative_to(PACKAGE.parent)}:{sub.lineno}")
     assert not found, f"loops inside a with of a lock: {found}"
+
+
+# -- guards: named, declared and checked ------------------------------------------------
+
+
+def _guarded_launcher(guard_of=None, kinds=None):
+    from pybackend import PyLauncher, py
+
+    class GuardLauncher(PyLauncher):
+        name = "guarded"
+        front_attr = "_guarded_front"
+
+    if kinds is not None:
+        GuardLauncher.guard_kinds = kinds
+    if guard_of is not None:
+        GuardLauncher.guard_of = guard_of
+    definitions = Definitions(py.typeof, "guarded")
+    return GuardLauncher(definitions, py.backend), definitions
+
+
+def test_a_guard_that_checks_only_the_class_of_an_array_is_refused():
+    # With it, an int64 array would pass a float32 array's guard and run its code.
+    from pybackend import Array, PyLauncher
+
+    def class_only(self, t):
+        kind, cls, dtype = PyLauncher.guard_of(self, t)
+        return ("cls", cls, None) if issubclass(t, Array) else (kind, cls, dtype)
+
+    launcher, definitions = _guarded_launcher(class_only)
+
+    @definitions.kernel(localns=locals())
+    def fill_guarded(x: Array[np.float32]) -> str:
+        return "def fill_guarded(i, x): x[i] = 1"
+
+    with pytest.raises(TypeError) as e:
+        launcher.launch(fill_guarded, np.zeros(4, np.float32), size=4)
+    assert str(e.value) == (
+        "back-end 'guarded': guard_of(Array[np.float32]) returned guard kind 'cls', which "
+        "checks the class only: an argument of another dtype would take this signature's "
+        'code; use a kind that checks the dtype ("cls_dtype")'
+    )
+
+
+def test_an_unknown_guard_kind_is_refused_naming_the_known_ones():
+    from pybackend import Array
+
+    launcher, definitions = _guarded_launcher(lambda self, t: ("by_class", type(t), None))
+
+    @definitions.kernel(localns=locals())
+    def fill_unknown(x: Array[np.float32]) -> str:
+        return "def fill_unknown(i, x): x[i] = 1"
+
+    with pytest.raises(
+        TypeError,
+        match=r"guard kind 'by_class', which is not one of its "
+        r"guard_kinds \(cls, cls_dtype\)",
+    ):
+        launcher.launch(fill_unknown, np.zeros(4, np.float32), size=4)
+
+
+def test_a_declared_guard_kind_the_template_does_not_render_is_refused_when_made():
+    from pybackend import PyLauncher
+
+    with pytest.raises(TypeError) as e:
+        _guarded_launcher(kinds={**PyLauncher.guard_kinds, "strided": True})
+    assert "guard kind 'strided' (Launcher.guard_kinds) renders no check in template" in str(
+        e.value
+    )
+
+
+def test_every_guard_kind_of_the_bundled_back_ends_is_documented():
+    from specializer.backends import cuda
+
+    text = (Path(__file__).parent.parent / "docs" / "backend.md").read_text()
+    for launcher in (cl._launcher, cuda._launch._launcher):
+        for kind in launcher.guard_kinds:
+            assert f"`{kind}`" in text, kind

@@ -327,9 +327,6 @@ class OpenCLSource:
     source: str
 
 
-_UNSET = object()  # no global_size is this object
-
-
 def _nothing() -> None:
     """What a pool record holds at an index where nothing is known to be set: calling it, as
     the check of an array's weak reference does, gives no array."""
@@ -1244,6 +1241,8 @@ class _OpenCLLauncher(launching.Launcher):
     V = LinkedKernel
     host_class = HostKernel
     lookup_name = "clfunction"
+    #: "cls_dtype_0d": a struct by value (np.void, or a 0-d array as pyopencl.cltypes makes)
+    guard_kinds = {**launching.Launcher.guard_kinds, "cls_dtype_0d": True}
 
     def link(self, F: Any, tt: tuple[type, ...], key: tuple[_ContextKey, tuple[str, ...]]) -> Any:
         return uncached_lookup(F, tt, _config(key[1]), key[0])
@@ -1292,7 +1291,6 @@ class _OpenCLLauncher(launching.Launcher):
             "_bad_array": _bad_array,
             "_failed": _failed,
             "_FAILURES": _FAILURES,
-            "_LAST_SIZE": [(_UNSET,)],  # no global_size is that object
             "_nothing": _nothing,
             "_ref": weakref.ref,
         }

@@ -213,6 +213,9 @@ class _CUDALauncher(launching.Launcher):
     V = LinkedKernel
     host_class = HostKernel
     lookup_name = "cufunction"
+    #: "array": a device array, its pointer put in its place; "cls_dtype_1": a struct by value
+    #: (np.void, or a one-element array)
+    guard_kinds = {**launching.Launcher.guard_kinds, "array": True, "cls_dtype_1": True}
 
     def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         token, kw = key
