@@ -85,7 +85,10 @@ What the core gives a back-end
   use for what it keeps per where (OpenCL keeps a queue's context key there) or override;
 - ``launcher.template_params(...)``: what its template is rendered with for one signature
   (``tools/regen_generated.py`` renders it for review);
-- :func:`forget` ``(part)``: a context (or the token a back-end keys one by) is gone.
+- :func:`forget` ``(part)``: a context (or the token a back-end keys one by) is gone;
+- ``launcher._check_fork()``: the fork rule (SPEC 9), which each of a back-end's helpers that
+  reach its device (a queue, a context, an array) calls first: it records that this process
+  uses the device, or raises the fork error in a fork of one that did.
 
 What the core does, so no back-end has to
 -----------------------------------------
@@ -572,15 +575,33 @@ class Launcher:
             raise e.with_traceback(None) from e.__cause__
 
     def _check_fork(self) -> None:
-        # A fork of a process that used this back-end must not touch its contexts (a launch
-        # would hang). Everything cached misses once in a fork (it has a world of its own),
-        # so checking on the miss is enough. A fork of a process that never used it may, and
-        # is then the process that uses it.
+        """Record that this process uses the back-end's device, or raise the fork error in a
+        fork of the process that did (SPEC 9): the back-end's one record of device use. The
+        core calls it on a miss and a lookup (a fork has a world of its own, so its front
+        entries miss), a back-end from each of its queue, context and array helpers. A fork
+        of a process that never used the device may, and is then the one that uses it."""
         pid = os.getpid()
         if self._user is None:
             self._user = pid
+            if hasattr(os, "register_at_fork"):  # (twice if two threads get here: harmless)
+                os.register_at_fork(after_in_child=self._refuse_host_kernels)
         elif self._user != pid:
             _world.check_fork(f"specializer's {self.name} back-end")
+
+    def _refuse_host_kernels(self) -> None:
+        """In a fork of this back-end's user: every HostKernel here is the parent's, and its
+        call (which checks nothing) now raises the fork error. Until then the class has no
+        ``__call__``: CPython calls it as a partial, and no check costs a call anything
+        (3.12 and later drop the vectorcall path of a class whose ``__call__`` is set).
+        TODO: a ``host_class`` shared by two back-ends would refuse the other's HostKernels
+        too; each back-end here has its own."""
+        check = self._check_fork
+
+        def call_in_fork(hk: HostKernel, *args: Any, **kwargs: Any) -> Any:
+            check()  # raises: this process is a fork of the user
+            return functools.partial.__call__(hk, *args, **kwargs)
+
+        self.host_class.__call__ = call_in_fork  # type: ignore[method-assign, assignment]
 
     def unknown(self, kw: dict[str, Any]) -> None:
         """A HostKernel call given keywords that are not launch options: say which are."""

@@ -43,7 +43,6 @@ import os
 import re
 import shlex
 import struct
-import threading
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
@@ -64,6 +63,7 @@ from ..kernels import (
     uncached_lookup,
     unsupported_argument,
 )
+from ..locks import new_lock
 from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name, weak_type
 from . import _pyopencl_private as _private
 
@@ -532,7 +532,7 @@ def _device_names() -> set[str]:
 _programs: weakref.WeakKeyDictionary[
     cl.Context, weakref.WeakValueDictionary[tuple[str, tuple[str, ...], tuple[str, str]], _Built]
 ] = weakref.WeakKeyDictionary()
-_programs_lock = threading.Lock()
+_programs_lock = new_lock(reentrant=False)
 
 
 _ARG_INFO = "-cl-kernel-arg-info"
@@ -611,7 +611,7 @@ class OpenCLBackend(Backend):
         # The user's options: what building adds to them is the same for every program of
         # the context, but for -I directories made absolute, which the digest names.
         key = (source, options, _headers_digest(source, build))
-        with _programs_lock:
+        with _programs_lock():
             table = _programs.get(context)
             if table is None:
                 table = _programs[context] = weakref.WeakValueDictionary()
@@ -630,7 +630,7 @@ class OpenCLBackend(Backend):
             ) from None
         raw = _private.raw_program(program)
         built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
-        with _programs_lock:
+        with _programs_lock():
             built = table.setdefault(key, built)
         return built
 
@@ -960,7 +960,7 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
 # -- queues and contexts ------------------------------------------------------------------
 
 _DEFAULT: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
-_default_lock = threading.Lock()
+_default_lock = new_lock(reentrant=False)
 
 
 def _pocl_cpu_device() -> cl.Device:
@@ -986,10 +986,12 @@ def _pocl_cpu_device() -> cl.Device:
 
 def default_queue() -> cl.CommandQueue:
     """The queue launches use when given none: the one set with :func:`set_default_queue`,
-    else a queue on PoCL's CPU device (created on first use, then kept)."""
+    else a queue on PoCL's CPU device (created on first use, then kept). In a fork of a
+    process that used the device, the fork error (see :func:`launch`)."""
+    _launcher._check_fork()  # using a queue is using the device
     queue = _DEFAULT[0]
     if queue is None:
-        with _default_lock:
+        with _default_lock():
             queue = _DEFAULT[0]
             if queue is None:
                 queue = _DEFAULT[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
@@ -1000,7 +1002,9 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
     """Make launches given no queue use ``queue`` (``None``: a queue on PoCL's CPU device)."""
     if queue is not None and not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
-    with _default_lock:
+    if queue is not None:
+        _launcher._check_fork()  # a queue of the user's is a device in use
+    with _default_lock():
         _DEFAULT[0] = queue
 
 
@@ -1046,7 +1050,7 @@ class _ContextKey:
 # its key. Queues are not weakly referenceable, so the library keeps no table of queues:
 # what it keeps for a queue lives in the queue's own __dict__, and goes with it.
 _context_keys: dict[int, _ContextKey] = {}
-_keys_lock = threading.Lock()
+_keys_lock = new_lock(reentrant=False)
 _TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
 
 
@@ -1060,7 +1064,7 @@ def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
     key: tuple[_ContextKey, tuple[str, ...]] | None = t.get("key")
     if key is None:
         ctx = queue.context  # the queue's own context object: it dies with the queue
-        with _keys_lock:
+        with _keys_lock():
             ck = _context_keys.get(ctx.int_ptr)
             if ck is None:
                 ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)

@@ -17,12 +17,12 @@ None, and the value takes the slow path, which checks everything and says what i
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any, cast
 
 import numpy as np
 
+from ...locks import new_lock
 from ...types import DeviceArray
 from ._driver import Context, check, current_context, driver, pushed
 
@@ -63,7 +63,7 @@ def _native(a: np.ndarray) -> np.ndarray:
 ARGTYPES: dict[type, type] = {}
 
 _classes: dict[np.dtype, type] = {}
-_classes_lock = threading.Lock()
+_classes_lock = new_lock(reentrant=False)
 
 
 def cuarray_class(dtype: Any) -> type[CuArray]:
@@ -73,7 +73,7 @@ def cuarray_class(dtype: Any) -> type[CuArray]:
     cls = _classes.get(dt)
     if cls is None:
         argtype = array_type(dt)
-        with _classes_lock:
+        with _classes_lock():
             cls = _classes.get(dt)
             if cls is None:
                 cls = type(

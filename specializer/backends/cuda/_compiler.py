@@ -64,7 +64,6 @@ import importlib
 import os
 import re
 import shlex
-import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Mapping
@@ -76,6 +75,7 @@ import numpy as np
 
 from ... import includes
 from ...compiler import Artifact, Backend, CompileError, CompilerConfig, CompilerJob
+from ...locks import new_lock
 from . import _diskcache
 from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
 
@@ -363,7 +363,7 @@ def supported_archs() -> tuple[int, ...]:
 
 
 _compiles = 0
-_compiles_lock = threading.Lock()
+_compiles_lock = new_lock(reentrant=False)
 
 
 def nvrtc_compiles() -> int:
@@ -592,7 +592,7 @@ def nvrtc_compile(
                 nvrtc.nvrtcAddNameExpression(prog, e.encode()), "nvrtcAddNameExpression", detail
             )
         encoded = [o.encode() for o in opts]
-        with _compiles_lock:
+        with _compiles_lock():
             _compiles += 1
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
         log = (
@@ -741,23 +741,13 @@ def kernel_names(source: str) -> list[str]:
 #: source share one (and the artifact says which, ``program``). Bounded: the newest are kept.
 _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
-_programs_lock = threading.Lock()
+_programs_lock = new_lock(reentrant=False)
 
 
 def _host_address(a: np.ndarray) -> int:
     """The address of a contiguous numpy array's data (its array interface)."""
     address: int = a.__array_interface__["data"][0]
     return address
-
-
-def _fresh_lock() -> None:
-    # In a forked child: a thread of the parent may have held it, and it is not there.
-    global _programs_lock
-    _programs_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_fresh_lock)
 
 
 def _program_key(p: _Program, included: str) -> str:
@@ -784,7 +774,7 @@ def compile_program(p: _Program, expression: str, kernel: str = "") -> tuple[str
     the same kernels), so what a kernel's PTX holds never depends on what ran before."""
     included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
-    with _programs_lock:  # straight-line: the loops are in the called function
+    with _programs_lock():  # straight-line: the loops are in the called function
         return _compile_program_locked(p, expression, kernel, key, included)
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ...locks import new_lock
+
 try:
     from cuda.bindings import driver as driver  # re-exported: the back-end modules use it
 except ImportError as e:  # pragma: no cover - the cuda extra is installed wherever this is used
@@ -150,12 +152,22 @@ class _Local(threading.local):
 
 
 local = _Local()
-_lock = threading.RLock()
+_lock = new_lock()
 _primaries: dict[int, Context] = {}
+
+
+def _used() -> None:
+    """Record that this process uses the device, or raise the fork error in a fork of one
+    that did (SPEC 9): every context, array, stream and copy comes through here. The
+    back-end's one record of device use is its launcher's."""
+    from ._launch import _launcher  # (which imports this module)
+
+    _launcher._check_fork()
 
 
 def _device(ordinal: int) -> Any:
     require()
+    _used()  # every context is made on a device from here
     if isinstance(ordinal, bool) or not isinstance(ordinal, int):
         raise TypeError(f"a device is an int ordinal, got {ordinal!r}")
     count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
@@ -279,7 +291,7 @@ class Context:
     def primary(cls, device: int = 0) -> Context:
         """The primary context of ``device`` (one object per device until it is destroyed)."""
         dev = _device(device)
-        with _lock:
+        with _lock():
             ctx = _primaries.get(device)
             if ctx is None:
                 handle = check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
@@ -298,7 +310,7 @@ class Context:
         """Destroy the context and everything in it. For a primary context this resets the
         device (every allocation in it, also other libraries', is freed) and the next
         :meth:`primary` is a new context. Code looked up in this one is looked up again."""
-        with _lock:
+        with _lock():
             if not self.alive:
                 return
             self._alive[0] = False
@@ -325,6 +337,7 @@ class Context:
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
     def __enter__(self) -> Context:
+        _used()
         self._check_alive()
         local.stack.append(local.context)
         _make_current(self)
@@ -357,6 +370,7 @@ def _make_current(ctx: Context | None) -> None:
 def current_context() -> Context:
     """The calling thread's current context: the primary context of device 0 unless the
     thread entered another with ``with ctx:``."""
+    _used()  # a fork keeps the forking thread's context: not its own
     ctx = local.context
     if ctx is None:
         ctx = Context.primary(0)
@@ -375,6 +389,7 @@ def current_key() -> tuple[ContextKey, tuple[()]]:
 def pushed(ctx: Context) -> Iterator[None]:
     """Make ``ctx`` the driver's current context for the block, on any thread, leaving the
     thread's own current context as it was (for loads, copies and frees)."""
+    _used()
     ctx._check_alive()
     check(driver.cuCtxPushCurrent(ctx.handle), "cuCtxPushCurrent")
     try:
@@ -450,7 +465,7 @@ def stream_handle(stream: Any) -> Any:
 
 # -- cooperative launch ------------------------------------------------------------------
 
-_coop_lock = threading.Lock()
+_coop_lock = new_lock(reentrant=False)
 #: (function handle, threads per block, dynamic shared memory) -> (co-resident blocks, SMs)
 _coop_limits: dict[tuple[int, int, int], tuple[int, int, int]] = {}
 
@@ -490,7 +505,7 @@ def max_cooperative_blocks(
             f"for blocks of {block_threads} threads and {shared_mem} bytes of shared memory",
         )
     found = (int(per_sm) * int(sms), int(per_sm), int(sms))
-    with _coop_lock:
+    with _coop_lock():
         _coop_limits[key] = found
     return found
 

@@ -22,11 +22,11 @@ from __future__ import annotations
 import ctypes  # the buffer cuLaunchKernel reads: C structs and a void* array, no interpreter
 import functools
 import operator
-import threading
 from typing import Any
 
 import numpy as np
 
+from ...locks import new_lock
 from ...types import Struct, type_name
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
 from ._types import param_ctype
@@ -162,7 +162,7 @@ def range_of(t: type) -> tuple[Any, Any] | None:
 
 
 _pools: dict[tuple[type, ...], list[ParamBuffer]] = {}
-_pools_lock = threading.Lock()
+_pools_lock = new_lock(reentrant=False)
 
 
 def pool(tt: tuple[type, ...]) -> list[ParamBuffer]:
@@ -170,7 +170,7 @@ def pool(tt: tuple[type, ...]) -> list[ParamBuffer]:
     captured ones first), shared by every kernel of that signature."""
     p = _pools.get(tt)
     if p is None:
-        with _pools_lock:
+        with _pools_lock():
             p = _pools.setdefault(tt, [ParamBuffer(tt)])
     return p
 
