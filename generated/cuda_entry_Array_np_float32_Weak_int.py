@@ -130,4 +130,10 @@ def cuda_entry_Array_np_float32_Weak_int(linked, miss, mismatch, unknown):
             _failed(err, linked, grid, block, shared_mem)
 
 
-    return run, front, call
+    def where_of(grid, block, stream, shared_mem, cooperative, ):
+        # What the `where` block gives for these launch options: a miss checks that a
+        # front entry published for them would recognize them (Launcher._publish).
+        where = _local.key
+        return where
+
+    return run, front, call, where_of

@@ -262,7 +262,10 @@ def generate(
         name = _unique(identifier(*name_parts))
         source = render(template, name=name, **params)
         filename = f"<specializer {name}>"
-        code = compile(source, filename, "exec")
+        try:
+            code = compile(source, filename, "exec")
+        except SyntaxError as e:
+            raise template_error(template, source, e, params) from None
         glb = {"__name__": f"specializer.generated.{name}", **namespace}
         exec(code, glb)
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -272,6 +275,53 @@ def generate(
         _generated[name] = (next(_serial), GeneratedSource(name, source, template, specialization))
         weakref.finalize(fn, _forget, name, filename)
     return fn
+
+
+def render_block(template: str, block: str, **params: Any) -> str | None:
+    """What block ``block`` renders to with ``params`` in ``template`` or the nearest template
+    it extends that defines it (None where none does, or it cannot be rendered alone)."""
+    env = _environment()
+    name: str | None = template
+    while name is not None:
+        tmpl = env.get_template(name)
+        render_fn = tmpl.blocks.get(block)
+        if render_fn is not None:
+            try:
+                return "".join(render_fn(tmpl.new_context(params)))
+            except jinja2.TemplateError:  # it needs the whole render (a macro of its template)
+                return None
+        parsed = env.parse(env.loader.get_source(env, name)[0])  # type: ignore[union-attr]
+        parent = next(parsed.find_all(jinja2.nodes.Extends), None)
+        name = getattr(parent.template, "value", None) if parent is not None else None
+    return None
+
+
+def template_error(
+    template: str, source: str, e: SyntaxError, params: dict[str, Any]
+) -> SyntaxError:
+    """A render that does not compile, as an error naming the template, the block the bad
+    line came from (or the required block that rendered nothing) and the line."""
+    lines = source.splitlines()
+    bad = lines[e.lineno - 1].strip() if e.lineno and 0 < e.lineno <= len(lines) else ""
+    where = ""
+    for block in ("where", "launch"):  # the blocks a launch path cannot do without
+        if not (render_block(template, block, **params) or "").strip():
+            where = f", block `{block}` (empty: it must render at least one statement)"
+            break
+    else:
+        for block in _BLOCKS:
+            text = render_block(template, block, **params) or ""
+            if bad and bad in (line.strip() for line in text.splitlines()):
+                where = f", block `{block}`"
+                break
+    return SyntaxError(
+        f"template {template}{where} renders code that does not compile: {e.msg} at line "
+        f"{e.lineno} of the render: {bad!r}"
+    )
+
+
+#: the blocks of templates/entry.py.j2 a back-end's template fills
+_BLOCKS = ("setup", "where", "call_where", "unguarded", "launch", "guard")
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -245,6 +245,9 @@ class Definitions:
         )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
+        #: the attributes the launchers over these definitions keep their entries under (a
+        #: kernel's front entry, a where's table): each launcher's own
+        self.launcher_attrs: set[str] = set()
         self._lock = new_lock(reentrant=False)
 
     def _define(

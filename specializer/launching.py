@@ -242,9 +242,12 @@ class Launcher:
         self.definitions = definitions
         self.typeof = definitions.typeof
         self._check_backend()
+        self._own_attrs(definitions)
         definitions.kernel_slots(self.front_attr)
         self.other = self._make_other()
         self._user: int | None = None  # the process that used it: a fork may not (_check_fork)
+        self._misses = 0
+        self._misses_lock = new_lock(reentrant=False)
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
             "launch.py.j2",
@@ -253,6 +256,20 @@ class Launcher:
             f"{self.name}: launch(f, *args, {', '.join(self.options)})",
             **self.launch_params(),
         )
+
+    def _own_attrs(self, definitions: Definitions) -> None:
+        """Refuse a second launcher keeping its entries under the same attributes of the same
+        kernels (a kernel's front entry, a where's table): it would run the other one's."""
+        mine = {self.front_attr} | ({self.where_attr} if self.where_attr else set())
+        taken = mine & definitions.launcher_attrs
+        if taken:
+            raise TypeError(
+                f"back-end {self.name!r}: another launcher over the same definitions "
+                f"({definitions.module}) keeps its entries under {', '.join(sorted(taken))}; "
+                "two launchers sharing them would run each other's entries: give this "
+                "Launcher subclass its own front_attr (and where_attr)"
+            )
+        definitions.launcher_attrs |= mine
 
     def _check_backend(self) -> None:
         """Refuse a back-end's mistake now, naming it and what to write, rather than let every
@@ -273,7 +290,7 @@ class Launcher:
                     "defaults to None, 0 or False"
                 )
         name = self.where_name
-        source = codegen.render(
+        source = _checked_render(
             self.template, name="entry_check", **self._params((), (), [], [], 0, False)
         )
         entry = _function_named(source, "entry")
@@ -379,8 +396,9 @@ class Launcher:
         return tuple(out)
 
     def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
-        """``(run, front, call)`` of lookup types ``tt`` for ``linked`` (made once): the slow
-        path's launch, the maker of front entries, and the HostKernel call."""
+        """``(run, front, call, where_of)`` of lookup types ``tt`` for ``linked`` (made once):
+        the slow path's launch, the maker of front entries, the HostKernel call, and what
+        the `where` block gives for given launch options."""
         instance = not isinstance(F, Kernel)
         b = linked.bound.get((tt, instance))
         if b is None:
@@ -490,19 +508,38 @@ class Launcher:
         for k, v in zip(self.lifted, opts[n:]):
             if v is not NOTHING:
                 kw = {**kw, k: v}
-        where, opts = self.resolve(opts[:n])
+        given = opts[:n]
+        where, opts = self.resolve(given)
         tt = self.argtypes(args, F)
         w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
         linked = self._lookup(F, tt, key)
-        run, front, _ = self.bound(linked, tt, F)
-        self._publish(F, w, where, kw, front)
+        with self._misses_lock():
+            self._misses += 1
+        run, front, _, where_of = self.bound(linked, tt, F)
+        self._publish(F, w, where, kw, front, where_of(*given))
         return run(args if F is f else f.values + args, *opts)
 
-    def _publish(self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any) -> None:
+    @property
+    def misses(self) -> int:
+        """How many launches took the slow path (typed their arguments and ran the cached
+        lookup): what a test counts to see that launches hit."""
+        return self._misses
+
+    def _publish(
+        self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any, entry_where: Any
+    ) -> None:
         # Only for the world the lookup ran in, and only if that is still the latest world:
         # not in a pinned task, nor while a hook or precompile mode is on (w is None then, or
         # is by now), nor when a definition raised the world during the lookup.
+        if entry_where is not where:
+            raise TypeError(
+                f"back-end {self.name!r}: the `where` block of template {self.template!r} sets "
+                f"{self.where_name} to {entry_where!r} for a launch whose where is {where!r} "
+                "(Launcher.resolve): a front entry compares the two by identity, so every such "
+                "launch would take the slow path. Make the block give what resolve gives (fill "
+                "an option left to its default the same way)"
+            )
         if w is not None and _world.task_cell()[0] == w:
             kw = _frozen(kw)
             if kw is NOTHING:  # a value of a type that may change in place: no entry
@@ -647,6 +684,17 @@ def _function_named(source: str, name: str) -> ast.FunctionDef:
     return next(
         n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name
     )
+
+
+def _checked_render(template: str, **params: Any) -> str:
+    """``template`` rendered with ``params``, refused naming the template, the block and the
+    line where the render does not compile."""
+    source = codegen.render(template, **params)
+    try:
+        compile(source, f"<template {template}>", "exec")
+    except SyntaxError as e:
+        raise codegen.template_error(template, source, e, params) from None
+    return source
 
 
 #: values that cannot change: a front entry compares one by identity, then by value

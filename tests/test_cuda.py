@@ -2075,7 +2075,7 @@ def test_a_captured_array_and_a_launch_array_reach_the_driver_as_pointers_on_eve
     class Instance:
         values = (cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32),)
 
-    run, _, call = factory(Fun(tt), None, None, None)
+    run, _, call, _ = factory(Fun(tt), None, None, None)
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec
@@ -2182,7 +2182,7 @@ class Published:
         self.rec = Recorder(resolved)
         self.misses = []
         self.local, self.where = local, (object(), ())
-        _, front, self.call = self.factory(Fun(resolved), self.miss, self.mismatch, None)
+        _, front, self.call, _ = self.factory(Fun(resolved), self.miss, self.mismatch, None)
         self.entry = front(world.WORLD[0], self.where, {}, fill, launcher.other)
 
     def miss(self, f, args, opts, kw):
@@ -2236,8 +2236,8 @@ def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_
     for function, where in zip(functions, wheres):  # as two lookups publish them
         linked = Fun(resolved)
         linked.function = function
-        _, front, _ = factory(linked, lambda *a: misses.append(a), None, None)
-        launcher._publish(alternate, world.WORLD[0], where, {}, front)
+        _, front, _, _ = factory(linked, lambda *a: misses.append(a), None, None)
+        launcher._publish(alternate, world.WORLD[0], where, {}, front, where)
     glb = factory.__globals__
     saved = glb["_launch"], local.key
     x = cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32)

@@ -208,19 +208,21 @@ def test_build_options_in_a_list_edited_in_place_build_anew_and_hit_by_value(que
 # -- a back-end's mistakes are refused when its Launcher is made --------------------------------
 
 
-def _launcher_with(tmp_path, where_block: str, defaults=("required", "none")):
+def _launcher_with(
+    tmp_path, where_block: str, defaults=("required", "none"), template="bad_entry.py.j2"
+):
     from pybackend import PyLauncher, py
 
-    (tmp_path / "bad_entry.py.j2").write_text(
+    (tmp_path / template).write_text(
         '{% extends "python_entry.py.j2" %}\n{% block where %}\n' + where_block + "{% endblock %}\n"
     )
     codegen.add_template_dir(tmp_path)
 
     class BadLauncher(PyLauncher):
         name = "bad"
-        template = "bad_entry.py.j2"
         front_attr = "_bad_front"
 
+    BadLauncher.template = template
     BadLauncher.defaults = defaults
     return BadLauncher(Definitions(py.typeof, "bad"), py.backend)
 
@@ -410,3 +412,65 @@ def test_every_guard_kind_of_the_bundled_back_ends_is_documented():
     for launcher in (cl._launcher, cuda._launch._launcher):
         for kind in launcher.guard_kinds:
             assert f"`{kind}`" in text, kind
+
+
+# -- no silent slow path, and errors that name the template and the block ----------------
+
+
+def test_a_where_block_that_never_fills_the_default_is_refused_on_the_first_launch(tmp_path):
+    # `where = context` assigns the variable (so the launcher is made), but a launch on the
+    # default context gives None where resolve gives the context: no entry would ever hit.
+    from pybackend import py
+
+    launcher = _launcher_with(tmp_path, "        where = context\n", template="unfilled.py.j2")
+    defs = launcher.definitions
+    F32 = py.Array[np.float32]
+
+    @defs.kernel(localns=locals())
+    def never_filled(x: F32) -> str:
+        return "def never_filled(i, x): x[i] = 1"
+
+    with pytest.raises(TypeError) as e:
+        launcher.launch(never_filled, np.zeros(4, np.float32), size=4)
+    assert str(e.value).startswith(
+        "back-end 'bad': the `where` block of template 'unfilled.py.j2' sets where to None "
+        f"for a launch whose where is {py.launcher.default[0]!r} (Launcher.resolve)"
+    )
+
+
+def test_an_empty_where_block_is_refused_naming_the_template_and_the_block(tmp_path):
+    with pytest.raises(SyntaxError) as e:
+        _launcher_with(tmp_path, "", template="empty_where.py.j2")
+    assert str(e.value).startswith(
+        "template empty_where.py.j2, block `where` (empty: it must render at least one "
+        "statement) renders code that does not compile"
+    )
+
+
+def test_launches_that_hit_leave_the_public_miss_count_alone():
+    from pybackend import py
+
+    F32 = py.Array[np.float32]
+
+    @py.kernel(localns=locals())
+    def counted(x: F32) -> str:
+        return "def counted(i, x): x[i] += 1"
+
+    x = np.zeros(4, np.float32)
+    before = py.launcher.misses
+    for _ in range(5):
+        py.launch(counted, x, size=4)
+    assert py.launcher.misses == before + 1 and x.tolist() == [5] * 4
+
+
+def test_a_second_launcher_over_the_same_definitions_and_attributes_is_refused():
+    from pybackend import PyLauncher, py
+
+    defs = Definitions(py.typeof, "twice")
+    PyLauncher(defs, py.backend)
+    with pytest.raises(
+        TypeError,
+        match=r"another launcher over the same definitions \(twice\) "
+        r"keeps its entries under _pybackend_items_front",
+    ):
+        PyLauncher(defs, py.backend)
