@@ -3,10 +3,12 @@
 The counterpart of KernelAbstractions' POCL back-end, over the core's interface:
 
 - ``compile(job)`` joins the device source of the kernel and its callees into an
-  :class:`OpenCLSource`; nothing in it depends on a context.
-- ``link(job, source, context)`` builds that source in one context with the config's build
-  options (one program per context, source and options, whatever the number of kernels in it)
-  and returns a :class:`LinkedKernel`, which the core caches per (compiled code, context).
+  :class:`OpenCLSource`, with the build options their methods return (a method may return a
+  :class:`KernelSource` with ``options=``); nothing in it depends on a context.
+- ``link(job, source, context)`` builds that source in one context with the methods' build
+  options followed by the config's (the launch's ``options=``): one program per context,
+  source and options, whatever the number of kernels in it; it returns a
+  :class:`LinkedKernel`, which the core caches per (compiled code, context).
 - ``launch``, ``clfunction`` and the ``HostKernel`` call are the core's launch path
   (:mod:`specializer.launching`), generated per signature from ``templates/opencl_entry.py.j2``:
   a launch whose kernel's front entry holds its lookup checks the world, the queue and each
@@ -73,6 +75,7 @@ __all__ = [
     "Buffer",
     "HostKernel",
     "Image",
+    "KernelSource",
     "LinkedKernel",
     "LocalMemory",
     "OpenCLBackend",
@@ -319,12 +322,77 @@ def _packer(t: type) -> Callable[[Any], bytes]:
 # -- compile and link ---------------------------------------------------------------------
 
 
+class KernelSource(str):
+    """A method's OpenCL C source with the build options it needs: ``KernelSource(source,
+    options=("-DT=float",))``, the options built from the method's concrete types.
+
+    ``options`` are OpenCL build options: a sequence of str, or one str split by shell rules
+    as pyopencl splits it (``"-DVAL='1+2' -DW=1"`` is two options). They are part of the
+    program's key (two element types, two option sets: two programs), and the launch's own
+    ``options=`` are added after them. A device function (callee) may return one too: the
+    options of every part of the program apply to the whole program, the callees' first
+    (dependencies first), then the kernel's, then the launch's. An option that is not a str
+    is a ``TypeError`` naming the method when its kernel is compiled. A ``KernelSource`` is a
+    ``str`` (its source), so the core treats it as any source."""
+
+    __slots__ = ("options",)
+    options: tuple[Any, ...]
+
+    def __new__(cls, source: str, *, options: str | Sequence[str] = ()) -> KernelSource:
+        if not isinstance(source, str):
+            raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
+        self = super().__new__(cls, source)
+        self.options = _split_options(options, "KernelSource options=")
+        return self
+
+    def __repr__(self) -> str:
+        return f"KernelSource({str.__repr__(self)}, options={self.options!r})"
+
+
+def _split_options(options: Any, what: str) -> tuple[Any, ...]:
+    """``options`` as a tuple: a str split by shell rules, as pyopencl's build splits one; a
+    sequence as it is (its items are checked where the method is known)."""
+    if isinstance(options, str):
+        try:
+            return tuple(shlex.split(options))
+        except ValueError as e:
+            raise ValueError(f"{what}{options!r} do not split as shell words: {e}") from None
+    if not isinstance(options, Sequence) or isinstance(options, (bytes, bytearray)):
+        raise TypeError(
+            f"{what} are OpenCL build options, a str or a sequence of str, got {options!r}"
+        )
+    return tuple(options)
+
+
+def _method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
+    """The build options the job's method bodies returned with their sources (each a
+    :class:`KernelSource`), the callees' first: what the launch's options are added to."""
+    out: list[str] = []
+    for mi, part in zip((*job.callees, job.mi), sources):
+        options = getattr(part, "options", ())
+        for o in options:
+            if not isinstance(o, str):
+                what = "kernel" if mi is job.mi else "device function"
+                name = mi.method.gf.name
+                raise TypeError(
+                    f"OpenCL {what} {name}: its method "
+                    f"{launching.signature(name, mi.method.signature)} returned KernelSource "
+                    f"options={options!r} for {launching.signature(name, mi.tt)}: {o!r} "
+                    f"({type(o).__name__}) is not a build option; options are str, such as "
+                    "'-DT=float'"
+                )
+        out.extend(options)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class OpenCLSource:
-    """The compiled artifact: the OpenCL C program of one kernel and its callees."""
+    """The compiled artifact: the OpenCL C program of one kernel and its callees, and the
+    build options their methods returned (the launch's are added to them when it is built)."""
 
     name: str
     source: str
+    options: tuple[str, ...] = ()
 
 
 def _nothing() -> None:
@@ -527,7 +595,8 @@ def _device_names() -> set[str]:
 
 
 # One program per (context, source, build options, the user headers it includes): kernels
-# whose methods return the same source are built once. Kept weakly: a program lives while
+# whose methods return the same source with the same options are built once. The options are
+# the methods' own (a KernelSource's) followed by the launch's. Kept weakly: a program lives while
 # a linked kernel uses it.
 _programs: weakref.WeakKeyDictionary[
     cl.Context, weakref.WeakValueDictionary[tuple[str, tuple[str, ...], tuple[str, str]], _Built]
@@ -602,11 +671,13 @@ class OpenCLBackend(Backend):
                     f" has a NUL character on its line {line}: OpenCL C source is text, and "
                     "a compiler would read it only up to there"
                 )
-        return OpenCLSource(job.name, "\n\n".join(sources))
+        return OpenCLSource(job.name, "\n\n".join(sources), _method_options(job, sources))
 
-    def _build(self, job: CompilerJob, source: str, context: cl.Context) -> _Built:
-        # cast: this back-end's configs are all made by _config, from a tuple of build options
-        options = tuple(cast("tuple[str, ...]", job.config.options))
+    def _build(self, job: CompilerJob, artifact: OpenCLSource, context: cl.Context) -> _Built:
+        source = artifact.source
+        # cast: this back-end's configs are all made by _config, from a tuple of build options;
+        # the methods' own options come first, the launch's are added to them
+        options = artifact.options + tuple(cast("tuple[str, ...]", job.config.options))
         build = _build_options_for(options, context)
         # The user's options: what building adds to them is the same for every program of
         # the context, but for -I directories made absolute, which the digest names.
@@ -641,7 +712,7 @@ class OpenCLBackend(Backend):
         if ctx is None:
             raise RuntimeError("the context of this lookup was dropped")
         signature = launching.signature(job.name, job.mi.tt)
-        built = self._build(job, artifact.source, ctx)
+        built = self._build(job, artifact, ctx)
         try:
             knl = cl.Kernel(built.program, job.name)
         except cl.Error:
@@ -664,7 +735,7 @@ class OpenCLBackend(Backend):
         # The program is kept per included headers' contents: after an edit (and a new
         # world: a redefinition or bump()), the kernel is built again.
         ctx = context.context() if isinstance(context, _ContextKey) else None
-        if ctx is None or self._build(job, artifact.source, ctx) is linked.built:
+        if ctx is None or self._build(job, artifact, ctx) is linked.built:
             return linked
         return self.link(job, artifact, context)
 

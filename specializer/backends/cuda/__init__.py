@@ -25,8 +25,9 @@ Design notes (the modules say more):
   mangled name). Device functions (callees) are prepended, dependencies first.
 - Compilation is cached per (method instance, config) with its world range by the
   core; the config is (architecture, NVRTC options). The kernels of one source share
-  one NVRTC program and one module per context; ``KernelSource(..., name=, headers=)``
-  gives the program's name and in-memory headers; every cache of built code is keyed by
+  one NVRTC program and one module per context; ``KernelSource(..., name=, headers=,
+  options=)`` gives the program's name, in-memory headers and the NVRTC options that
+  depend on the method's types (before the config's); every cache of built code is keyed by
   the contents of the user headers the source includes (:mod:`specializer.includes`).
   ``code_ptx(f, tt, arch="sm_90")`` needs no GPU. Loading is per context (``link``),
   and ``cufunction`` caches the result per (kernel type, argument types, context,

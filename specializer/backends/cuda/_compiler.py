@@ -19,7 +19,10 @@ name expression to compile, built from the method's concrete types::
 That is how a C++ template kernel (``reduce2<float>``, ``my_sqrt<int>``, ``ns::k<T, 256>``)
 is instantiated, and how a method picks one of several kernels in one file (``entry=
 "matrixMul_bs32_64bit"``). A :class:`KernelSource` is a ``str``, so the core treats it as
-any source.
+any source. Its ``options=`` are NVRTC options that depend on the method's types
+(``options=(f"-DREAL={cuda.ctype(x.dtype)}",)``; not ``-DT=``, which would replace the
+template parameters ``T`` of NVRTC's own headers): they come before the compiler keyword
+arguments' (``fastmath=``, ``options=`` of a launch) and are part of every key, as those are.
 
 **Toolkit headers.** Every compilation gets the CUDA toolkit's header directories as
 include paths, after the user's own ``-I`` options: the runtime headers (``cuda_fp16.h``,
@@ -66,7 +69,7 @@ import re
 import shlex
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -108,7 +111,8 @@ _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)\Z")
 
 class KernelSource(str):
     """A kernel method's source with how to compile it: ``KernelSource(source,
-    entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text})``.
+    entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text},
+    options=("-DREAL=float",))``.
 
     ``entry`` is an NVRTC name expression: a function template's instance
     (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several kernels in
@@ -116,12 +120,19 @@ class KernelSource(str):
     program's name NVRTC is given (its directory is where quoted includes are looked for
     first, as for a file of that path); ``headers`` are in-memory headers, each found by
     its include name (``#include "common.h"``). Both are part of every cache key, the
-    headers by their contents."""
+    headers by their contents. ``options`` are NVRTC options built from the method's types:
+    a sequence of str, or one str split by shell rules as pyopencl splits build options;
+    they come before the compiler keyword arguments' options and join every key. A device
+    function may return a ``KernelSource`` too: its headers and options apply to the whole
+    program (the callees' options first, then the kernel's); its entry and name are not
+    used. An option that is not a str is a ``TypeError`` naming the method when its kernel
+    is compiled."""
 
-    __slots__ = ("entry", "headers", "name")
+    __slots__ = ("entry", "headers", "name", "options")
     entry: str | None
     name: str | None
     headers: tuple[tuple[str, str], ...]
+    options: tuple[Any, ...]
 
     def __new__(
         cls,
@@ -130,6 +141,7 @@ class KernelSource(str):
         *,
         name: str | None = None,
         headers: Mapping[str, str] | None = None,
+        options: str | Sequence[str] = (),
     ) -> KernelSource:
         if not isinstance(source, str):
             raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
@@ -154,17 +166,62 @@ class KernelSource(str):
                 f"headers= maps include names to header texts, such as "
                 f"{{'common.h': '#define N 256'}}, got {headers!r}"
             )
+        split = _split_options(options, "KernelSource options=")
         self = super().__new__(cls, source)
         self.entry = entry.strip() if entry is not None else None
         self.name = name
         self.headers = items
+        self.options = split
         return self
 
     def __repr__(self) -> str:
         extra = "" if self.name is None else f", name={self.name!r}"
         if self.headers:
             extra += f", headers={dict(self.headers)!r}"
+        if self.options:
+            extra += f", options={self.options!r}"
         return f"KernelSource({str.__repr__(self)}, entry={self.entry!r}{extra})"
+
+
+def _split_options(options: Any, what: str) -> tuple[Any, ...]:
+    """``options`` as a tuple: a str split by shell rules, as pyopencl splits build options;
+    a sequence as it is (a method's are checked where the method is known)."""
+    if isinstance(options, str):
+        try:
+            return tuple(shlex.split(options))
+        except ValueError as e:
+            raise ValueError(f"{what}{options!r} do not split as shell words: {e}") from None
+    if not isinstance(options, Sequence) or isinstance(options, (bytes, bytearray)):
+        raise TypeError(
+            f"{what} are NVRTC option strings, a str or a sequence of str, got {options!r}"
+        )
+    return tuple(options)
+
+
+def _signature(name: str, tt: Sequence[type]) -> str:
+    from ...types import type_name
+
+    return f"{name}({', '.join(type_name(t) for t in tt)})"
+
+
+def _method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
+    """The NVRTC options the job's method bodies returned with their sources (each a
+    :class:`KernelSource`), the callees' first: what the config's options are added to."""
+    out: list[str] = []
+    for mi, part in zip((*job.callees, job.mi), sources):
+        options = getattr(part, "options", ())
+        for o in options:
+            if not isinstance(o, str):
+                what = "kernel" if mi is job.mi else "device function"
+                name = mi.method.gf.name
+                raise TypeError(
+                    f"CUDA {what} {name}: its method {_signature(name, mi.method.signature)} "
+                    f"returned KernelSource options={options!r} for {_signature(name, mi.tt)}: "
+                    f"{o!r} ({type(o).__name__}) is not an NVRTC option; options are str, "
+                    "such as '-DREAL=float'"
+                )
+        out.extend(options)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -702,6 +759,8 @@ def _kernel_source(job: CompilerJob) -> tuple[_Program, str]:
                     f"give different in-memory headers named {h!r}; give each its own name"
                 )
     name = getattr(last, "name", None)
+    # the methods' own options first; the compiler keyword arguments' are added to them
+    options = _method_options(job, sources) + options
     return _Program("\n".join(sources), name, tuple(sorted(headers.items())), arch, options), entry
 
 
