@@ -343,3 +343,55 @@ def test_plain_precompile_switches_keep_no_state_per_switch():
     assert not generating_output()  # the last one, until switched again
     assert world.STATE.switch is False and world.STATE.blocks == ()
     precompile_output(None).__exit__(None, None, None)  # hand the mode back to the environment
+
+
+# -- no pin outlives its call (SPEC 9) ---------------------------------------------------
+
+
+def test_a_stored_exception_from_a_pinned_call_keeps_no_pin():
+    w = bump()
+    bump()
+
+    def fails():
+        raise ValueError(f"in world {current()}")
+
+    try:
+        invoke_in_world(w, fails)
+    except ValueError as e:
+        kept = e  # its traceback holds the frames, and so the context, of the pinned call
+    assert str(kept) == f"in world {w}"
+    assert specializer.world.pins() == 0 and specializer.world.pinned_worlds() == frozenset()
+    assert current() == latest()
+
+
+def test_a_callback_registered_in_a_pinned_call_runs_in_the_latest_world_after_it():
+    w = bump()
+    bump()
+    seen = []
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        invoke_in_world(w, lambda: loop.call_soon(lambda: seen.append(current())))
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert seen == [latest()] and specializer.world.pins() == 0
+
+
+def test_a_pinned_tasks_stored_exception_keeps_no_pin():
+    w = bump()
+    bump()
+
+    async def fails():
+        raise RuntimeError(current())
+
+    async def main():
+        task = invoke_in_world(w, lambda: asyncio.get_running_loop().create_task(fails()))
+        try:
+            await task
+        except RuntimeError as e:
+            return e, task
+
+    kept, task = asyncio.run(main())  # the task, its exception and their frames are kept
+    assert kept.args == (latest(),)  # it ran after the pinned call returned
+    assert specializer.world.pins() == 0 and specializer.world.pinned_worlds() == frozenset()
