@@ -4,6 +4,7 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
+    _ctx = linked.context_ptr
 
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
@@ -18,7 +19,7 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             k = _new()
         try:
             if k[3]() is not a0:
-                if a0.offset or not a0.flags.forc:
+                if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
                     _bad_array(linked, 0, a0)
                 k[3] = _nothing
                 k[0](0, a0.base_data)
@@ -65,7 +66,7 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                 k = _new()
             try:
                 if k[3]() is not a0:
-                    if a0.offset or not a0.flags.forc:
+                    if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
                         _bad_array(linked, 0, a0)
                     k[3] = _nothing
                     k[0](0, a0.base_data)
@@ -107,7 +108,7 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             k = _new()
         try:
             if k[3]() is not a0:
-                if a0.offset or not a0.flags.forc:
+                if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
                     _bad_array(linked, 0, a0)
                 k[3] = _nothing
                 k[0](0, a0.base_data)

@@ -4,6 +4,7 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
+    _ctx = linked.context_ptr
 
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.

@@ -4,6 +4,7 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
+    _ctx = linked.context_ptr
 
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
@@ -23,7 +24,7 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 k[0](1, a1)
                 k[4] = a1
             if k[5]() is not a2:
-                if a2.offset or not a2.flags.forc:
+                if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                     _bad_array(linked, 2, a2)
                 k[5] = _nothing
                 k[0](2, a2.base_data)
@@ -71,7 +72,7 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                     k[0](1, a1)
                     k[4] = a1
                 if k[5]() is not a2:
-                    if a2.offset or not a2.flags.forc:
+                    if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                         _bad_array(linked, 2, a2)
                     k[5] = _nothing
                     k[0](2, a2.base_data)
@@ -114,7 +115,7 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 k[0](1, a1)
                 k[4] = a1
             if k[5]() is not a2:
-                if a2.offset or not a2.flags.forc:
+                if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                     _bad_array(linked, 2, a2)
                 k[5] = _nothing
                 k[0](2, a2.base_data)

@@ -4,6 +4,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
+    _ctx = linked.context_ptr
 
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
@@ -19,7 +20,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
         try:
             k[1](0, a0)
             if k[4]() is not a1:
-                if a1.offset or not a1.flags.forc:
+                if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                     _bad_array(linked, 1, a1)
                 k[4] = _nothing
                 k[0](1, a1.base_data)
@@ -63,7 +64,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             try:
                 k[1](0, a0)
                 if k[4]() is not a1:
-                    if a1.offset or not a1.flags.forc:
+                    if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                         _bad_array(linked, 1, a1)
                     k[4] = _nothing
                     k[0](1, a1.base_data)
@@ -102,7 +103,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
         try:
             k[1](0, a0)
             if k[4]() is not a1:
-                if a1.offset or not a1.flags.forc:
+                if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                     _bad_array(linked, 1, a1)
                 k[4] = _nothing
                 k[0](1, a1.base_data)

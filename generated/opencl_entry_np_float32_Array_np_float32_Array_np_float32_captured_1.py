@@ -4,6 +4,7 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
+    _ctx = linked.context_ptr
 
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
@@ -22,13 +23,13 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 k[1](0, a0)
                 k[3] = a0
             if k[4]() is not a1:
-                if a1.offset or not a1.flags.forc:
+                if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                     _bad_array(linked, 1, a1)
                 k[4] = _nothing
                 k[0](1, a1.base_data)
                 k[4] = _ref(a1)
             if k[5]() is not a2:
-                if a2.offset or not a2.flags.forc:
+                if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                     _bad_array(linked, 2, a2)
                 k[5] = _nothing
                 k[0](2, a2.base_data)
@@ -76,13 +77,13 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                     k[1](0, a0)
                     k[3] = a0
                 if k[4]() is not a1:
-                    if a1.offset or not a1.flags.forc:
+                    if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                         _bad_array(linked, 1, a1)
                     k[4] = _nothing
                     k[0](1, a1.base_data)
                     k[4] = _ref(a1)
                 if k[5]() is not a2:
-                    if a2.offset or not a2.flags.forc:
+                    if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                         _bad_array(linked, 2, a2)
                     k[5] = _nothing
                     k[0](2, a2.base_data)
@@ -125,13 +126,13 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 k[1](0, a0)
                 k[3] = a0
             if k[4]() is not a1:
-                if a1.offset or not a1.flags.forc:
+                if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                     _bad_array(linked, 1, a1)
                 k[4] = _nothing
                 k[0](1, a1.base_data)
                 k[4] = _ref(a1)
             if k[5]() is not a2:
-                if a2.offset or not a2.flags.forc:
+                if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                     _bad_array(linked, 2, a2)
                 k[5] = _nothing
                 k[0](2, a2.base_data)

@@ -294,6 +294,24 @@ def test_an_array_of_another_context_than_the_queues_is_refused_on_the_slow_path
     assert foreign.get().tolist() == [6, 6, 6, 6]
 
 
+def test_an_array_of_another_context_is_refused_on_the_fast_path_too(queue):
+    # After a launch with arrays of the queue's context, the front entry takes arrays of the
+    # same type: a new one must still be checked for its context (it was not: the kernel
+    # wrote the other context's buffer).
+    other = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
+    dst = zeros(queue, 4)
+    cl.launch(copy_first, dst, cla.to_device(queue, np.full(4, 6, np.float32)), global_size=1)
+    assert dst.get().tolist() == [6, 0, 0, 0]
+    foreign = cla.to_device(other, np.full(4, 5, np.float32))
+    with pytest.raises(
+        ValueError,
+        match=r"the array for parameter 1 \(s\) of kernel copy_first\(.*\) is an array of "
+        r"<pyopencl\.Context .*, but the kernel runs in <pyopencl\.Context",
+    ):
+        cl.launch(copy_first, dst, foreign, global_size=1)
+    assert dst.get().tolist() == [6, 0, 0, 0] and foreign.get().tolist() == [5, 5, 5, 5]
+
+
 def test_a_captured_array_of_another_context_is_refused_naming_it(queue):
     other = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
     foreign = cla.to_device(other, np.full(4, 5, np.float32))

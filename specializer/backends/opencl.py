@@ -413,6 +413,7 @@ class LinkedKernel:
         "bound",
         "built",
         "ck",
+        "context_ptr",
         "kernel",
         "name",
         "params",
@@ -436,6 +437,7 @@ class LinkedKernel:
         self.ck = ck  # the context's key: it holds the context weakly
         self.built = built  # shared by the kernels of one program; keeps it in _programs
         self.program = built.program
+        self.context_ptr = ck.context().int_ptr  # what a new array is checked against
         self.kernel = kernel
         self.source = source
         self.params = _param_names(source, name)
@@ -478,6 +480,12 @@ def _describe(linked: LinkedKernel, i: int) -> str:
 
 
 def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
+    if a.context.int_ptr != linked.context_ptr:
+        raise ValueError(
+            f"the array for {_describe(linked, i)} is an array of {a.context!r}, but the "
+            f"kernel runs in {linked.context!r}: a kernel can use only memory of its queue's "
+            "context: make it on a queue of that context, or launch on a queue of its context"
+        )
     if a.offset:
         what = f"starts at byte {a.offset} of its buffer (a view)"
     else:
