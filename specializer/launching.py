@@ -198,9 +198,6 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
 _DEFAULTS = ("required", "none", "zero", "false")
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
-#: the generated code of each signature, per back-end (code, not state: see the docstring)
-_factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
-_factories_lock = new_lock(reentrant=False)
 
 
 class Launcher:
@@ -248,6 +245,10 @@ class Launcher:
         self._user: int | None = None  # the process that used it: a fork may not (_check_fork)
         self._misses = 0
         self._misses_lock = new_lock(reentrant=False)
+        #: the generated launch path of each signature: code, bound to this launcher's globals
+        #: (what its kinds() gives), so each launcher has its own
+        self._factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
+        self._factories_lock = new_lock(reentrant=False)
         self.site = LookupSite(definitions, self.V, self.link)
         self.launch = codegen.generate(
             "launch.py.j2",
@@ -413,12 +414,12 @@ class Launcher:
     def _factory(
         self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
     ) -> Callable[..., Any]:
-        ident = (type(self), full, resolved, ncaptured, instance)
-        factory = _factories.get(ident)
+        ident = (full, resolved, ncaptured, instance)
+        factory = self._factories.get(ident)
         if factory is not None:
             return factory
-        with _factories_lock():
-            factory = _factories.get(ident)
+        with self._factories_lock():
+            factory = self._factories.get(ident)
             if factory is None:
                 parts, namespace, params = self.template_params(full, resolved, ncaptured, instance)
                 factory = codegen.generate(
@@ -428,7 +429,7 @@ class Launcher:
                     f"{self.name} launch path for ({', '.join(map(type_name, full))})",
                     **params,
                 )
-                _factories[ident] = factory
+                self._factories[ident] = factory
         return factory
 
     def template_params(

@@ -502,12 +502,6 @@ def test_py_lookup_with_the_test_backend_keys_on_context():
     assert b is not a and BACKEND.links - n == 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="launching._factories is keyed on the launcher's class, but the factory's globals "
-    "come from the launcher instance's kinds() (pybackend binds its default-context cell): a "
-    "second launcher of one class reuses the first's, and launches in its default context",
-)
 def test_generated_launch_paths_are_keyed_on_what_their_globals_hold():
     """Row 'generated launch paths': two launchers of one class, each with a default context
     of its own; each launch with no context runs in its launcher's default."""
@@ -661,11 +655,6 @@ def test_opencl_program_is_built_again_when_an_included_header_changes(
     assert cl_counts["builds"] >= 2
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="relink builds the new program, drops it (_programs holds programs weakly and "
-    "nothing holds it yet), then link builds it again: two builds for one header edit",
-)
 def test_opencl_header_edit_builds_the_program_once(tmp_path, cl_counts, monkeypatch):
     """Row '3. OpenCL programs': one edit, one build."""
     _header_edit(tmp_path, monkeypatch, cl_counts)

@@ -195,7 +195,7 @@ def test_a_child_of_a_process_that_used_no_device_launches_with_cached_lookups()
 # -- locks held by a thread at the fork ------------------------------------------------------
 
 HELD = {
-    "launching._factories_lock": "launching._factories_lock",
+    "launching._factories_lock": "cl._launcher._factories_lock",
     "opencl._programs_lock": "cl._programs_lock",
     "opencl._keys_lock": "cl._keys_lock",
     "opencl._default_lock": "cl._default_lock",

@@ -743,9 +743,10 @@ class OpenCLBackend(Backend):
         # The program is kept per included headers' contents: after an edit (and a new
         # world: a redefinition or bump()), the kernel is built again.
         ctx = context.context() if isinstance(context, _ContextKey) else None
-        if ctx is None or self._build(job, artifact, ctx) is linked.built:
+        built = None if ctx is None else self._build(job, artifact, ctx)
+        if built is None or built is linked.built:
             return linked
-        return self.link(job, artifact, context)
+        return self.link(job, artifact, context)  # finds `built` (held here) in _programs
 
 
 # The kernel's own parameter types (SPEC 8), from kernel argument info: OpenCL C's scalar
