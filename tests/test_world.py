@@ -392,6 +392,6 @@ def test_a_pinned_tasks_stored_exception_keeps_no_pin():
         except RuntimeError as e:
             return e, task
 
-    kept, task = asyncio.run(main())  # the task, its exception and their frames are kept
+    kept, _task = asyncio.run(main())  # the task, its exception and their frames are kept
     assert kept.args == (latest(),)  # it ran after the pinned call returned
     assert specializer.world.pins() == 0 and specializer.world.pinned_worlds() == frozenset()

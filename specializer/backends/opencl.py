@@ -437,7 +437,9 @@ class LinkedKernel:
         self.ck = ck  # the context's key: it holds the context weakly
         self.built = built  # shared by the kernels of one program; keeps it in _programs
         self.program = built.program
-        self.context_ptr = ck.context().int_ptr  # what a new array is checked against
+        context = ck.context()  # alive: its kernel is being linked in it
+        assert context is not None
+        self.context_ptr = context.int_ptr  # what a new array is checked against
         self.kernel = kernel
         self.source = source
         self.params = _param_names(source, name)
@@ -480,7 +482,7 @@ def _describe(linked: LinkedKernel, i: int) -> str:
 
 
 def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
-    if a.context.int_ptr != linked.context_ptr:
+    if a.context is not None and a.context.int_ptr != linked.context_ptr:
         raise ValueError(
             f"the array for {_describe(linked, i)} is an array of {a.context!r}, but the "
             f"kernel runs in {linked.context!r}: a kernel can use only memory of its queue's "
