@@ -69,18 +69,26 @@ Template blocks (each rendered at the indentation shown; ``entry.py.j2`` renders
 
 A template receives names, counts and kinds, never values: ``captured``, ``instance``,
 ``guards``, ``kinds``, ``options``, ``defaults``, ``lifted``, ``all_lifted``, ``where``; the
-guard's classes and dtypes are globals ``_C<i>``/``_D<i>``, ``_TASK()[0]`` is the task's world, and
-the rest are the globals :meth:`Launcher.kinds` returns. A back-end's mistake is refused when
-it is made (:class:`Launcher` renders its template then): a ``defaults`` value outside the
-four, a ``where`` block that assigns nothing to ``where_name``.
+guard's classes and dtypes are globals ``_C<i>``/``_D<i>``, ``_TASK()[0]`` is the task's
+world, and the rest are the globals :meth:`Launcher.kinds` returns. The ``guard`` block
+renders the guards (``templates/guards.j2`` has the core's kinds; ``Launcher.guard_kinds``
+declares every kind a back-end's :meth:`Launcher.guard_of` returns, and ``docs/backend.md``
+lists them). A back-end's mistake is refused when it is made (:class:`Launcher` renders its
+template then): a ``defaults`` value outside the four, a render that does not compile (named
+by template, block and line), a ``where`` block that assigns nothing to ``where_name``, a
+declared guard kind the template does not render, a second launcher keeping its entries under
+the same attributes of the same definitions. On the first launch that shows it: a ``where``
+block that does not give what :meth:`Launcher.resolve` gives, an undeclared guard kind, and a
+class-only guard for an array or struct type.
 
 What the core gives a back-end
 ------------------------------
 
 - ``launcher.launch``: the generated ``launch(f, *args, <options>, **compiler_kwargs)``;
-- ``launcher.function(f, tt, where_opt, kw)``: the lookup as a new HostKernel (its
-  ``clfunction``);
-- ``launcher.site``: its :class:`~specializer.kernels.LookupSite` (tests count its misses);
+- ``launcher.function(f, tt, where_opt, kw)``: the lookup as a HostKernel (its
+  ``clfunction``): a new one on each call, around the cached lookup's result;
+- ``launcher.site``: its :class:`~specializer.kernels.LookupSite`;
+- ``launcher.misses``: how many launches took the slow path (what a test counts);
 - ``launcher.where_table(where)``: the where table (see "Cached state"), which a back-end may
   use for what it keeps per where (OpenCL keeps a queue's context key there) or override;
 - ``launcher.template_params(...)``: what its template is rendered with for one signature
@@ -108,25 +116,30 @@ each argument, the cached lookup, a new front entry, and the launch.
 Cached state
 ------------
 
-Two levels per kernel, over the compiled-code cache (:mod:`specializer.compiler`):
+Three levels around a launch, each with one owner (``docs/design.md`` maps every cache):
 
-1. *Front entries*: the generated entry of one lookup, bound to its world, where, compiler
-   kwargs (frozen: private copies, compared by value; a value of another mutable type, a
-   ``UserList``, publishes none) and kernel. A kernel keeps its newest under ``front_attr``;
-   each where keeps the newest of each kernel for it in its *where table*
+1. *Front entries* (the kernel's): the generated entry of one lookup, bound to its world,
+   where, compiler kwargs (frozen: private copies, compared by value; a value of another
+   mutable type, a ``UserList``, publishes none) and kernel. A kernel keeps its newest under
+   ``front_attr``; each where keeps the newest of each kernel for it in its *where table*
    (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``), which a
    launch for another where finds and makes the kernel's newest. Invalidated by comparison:
-   an entry of an older world, another where or other kwargs is not used (a miss publishes a
-   new one). Lifetime: a where table goes with its where; the only user object kept beyond
-   that is the where of each kernel's newest entry, until the kernel launches elsewhere.
-2. *Specialized lookups*: ``cached_lookup`` through :class:`~specializer.kernels.LookupSite`,
-   four (world, key) entries per (kernel, types), compared by world and key value; a key part
-   that is gone (a dropped context) is dropped by :func:`forget`.
+   an entry of another world (compared by value), another where or other kwargs is not used
+   (a miss publishes a new one). Lifetime: a where table goes with its where; the only user
+   object kept beyond that is the where of each kernel's newest entry, until the kernel
+   launches elsewhere.
+2. *The specialized lookup's cell*: ``cached_lookup`` through
+   :class:`~specializer.kernels.LookupSite`, four (world, key) entries per (kernel, types),
+   compared by world and key value; a key part that is gone (a dropped context) is dropped by
+   :func:`forget`.
+3. *The compiled-code cache* (:mod:`specializer.compiler`), with what belongs to it: each
+   code instance's links per context (the linked kernels, with a back-end's argument-set
+   records and the launch path bound to each, ``linked.bound``, cleared by :func:`forget`),
+   and a back-end's programs or modules per context.
 
 :func:`Launcher.function` (``clfunction``) keeps nothing of its own: it runs the cached lookup
 and makes a new :class:`HostKernel` of its result. Code, not state: the generated code of each
-signature (``_factories``, per back-end and signature) and its functions bound to one linked
-kernel (``linked.bound``, cleared by :func:`forget`).
+signature (``Launcher._factories``, each launcher's own).
 """
 
 from __future__ import annotations
