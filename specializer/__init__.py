@@ -1,5 +1,27 @@
 """specializer: per-launch kernel lookups that are nearly free and exactly right.
 
+Start here (OpenCL on PoCL's CPU device: ``pip install 'specializer[opencl]'``)::
+
+    import numpy as np
+    import pyopencl.array as cla
+    from specializer.backends import opencl as cl
+
+    @cl.kernel  # one method for every element type; the body returns OpenCL C source
+    def fill(x: cl.Array[np.number], v: np.number) -> str:
+        return f'''__kernel void fill(__global {cl.ctype(x.dtype)} *x, {cl.ctype(v)} v) {{
+                       x[get_global_id(0)] = v; }}'''
+
+    x = cla.zeros(cl.default_queue(), 1024, np.float32)
+    cl.launch(fill, x, np.float32(3), global_size=x.size)
+    assert (x.get() == 3).all()
+
+Define ``fill`` again, or a more specific method, and the next launch runs the new code.
+CUDA mirrors it: ``from specializer.backends import cuda``, ``cuda.launch(f, *args,
+grid=..., block=...)``. Read on in ``docs/getting-started.md`` and ``docs/user-guide.md``
+(errors and their fixes: ``docs/troubleshooting.md``); ``python -m specializer demo`` shows
+why a kernel cache needs the world age; ``python -m specializer dump --device-source
+my_script.py`` shows what a program generated and built.
+
 A Python port of GPUCompiler.jl's ``cached_lookup``, with the machinery that
 makes "exactly right" mean something: a world-age model, generic kernels with
 methods and callees, and a compiled-code cache with world validity ranges.

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from . import world as _world
 from .locks import new_lock
 from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, register_backedges
+from .types import type_name
 
 __all__ = [
     "Artifact",
@@ -144,13 +145,74 @@ class CompilerJob:
         return f"CompilerJob({self.mi!r}, {self.config!r}, world={self.world})"
 
 
+#: the attribute of an error raised by a method body that holds its traceback from the body on
+_BODY_TB = "_specializer_body_traceback"
+
+
 def _generate(mi: MethodInstance) -> str:
-    src = mi.method.fn(*mi.tt)
+    """Call ``mi``'s method body. Its error keeps the traceback from the body on (see
+    :func:`body_traceback`) and gains a note naming the method and types; a body that
+    returns no str is a TypeError saying where the method is and what to return."""
+    fn = mi.method.fn
+    try:
+        src = fn(*mi.tt)
+    except Exception as e:
+        tb = e.__traceback__
+        _mark(e, tb.tb_next if tb is not None else None)
+        _add_note(e, f"(raised by the body of {_where(mi)} as it generated device source)")
+        raise
     if not isinstance(src, str):
-        raise TypeError(
-            f"the body of {mi.method!r} must return device source (a str), got {type(src).__name__}"
+        got = "None" if src is None else f"a {type(src).__name__}"
+        error = TypeError(
+            f"the body of {_where(mi)} returned {got}: it must return device source (a str) "
+            f"that defines {mi.method.gf.name}; end every path through it with "
+            "`return <source>`"
         )
+        _mark(error, None)
+        raise error
     return src
+
+
+def _where(mi: MethodInstance) -> str:
+    """``method f(T...) (file:line)``, and ``, called for f(t...),`` when the types differ: a
+    method body, for messages."""
+    m = mi.method
+    code = getattr(m.fn, "__code__", None)
+    at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
+    where = f"method {_signature(m.gf.name, m.signature)}{at}"
+    if tuple(mi.tt) != tuple(m.signature):
+        where += f", called for {_signature(m.gf.name, mi.tt)},"
+    return where
+
+
+def _signature(name: str, tt: tuple[type, ...]) -> str:
+    return f"{name}({', '.join(type_name(t) for t in tt)})"
+
+
+def _mark(e: BaseException, tb: Any) -> None:
+    try:
+        setattr(e, _BODY_TB, tb)
+    except AttributeError:  # an exception type that takes no attributes: kept whole
+        pass
+
+
+def _add_note(e: BaseException, note: str) -> None:
+    if hasattr(e, "add_note"):  # 3.11+
+        e.add_note(note)
+    else:  # 3.10: PEP 678's attribute, which pytest and the exceptiongroup backport print
+        try:
+            e.__notes__ = [*getattr(e, "__notes__", ()), note]  # type: ignore[attr-defined]
+        except AttributeError:
+            pass
+
+
+def body_traceback(e: BaseException) -> tuple[bool, Any]:
+    """``(True, tb)`` for an error raised by (or about) a method body as it generated device
+    source: ``tb`` is its traceback from the body on (None when the body returned no str), so
+    a launch re-raises it without the library's frames between; ``(False, None)`` otherwise."""
+    if _BODY_TB in getattr(e, "__dict__", ()):
+        return True, e.__dict__[_BODY_TB]
+    return False, None
 
 
 class CodeInstance:

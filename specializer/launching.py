@@ -619,11 +619,17 @@ class Launcher:
 
     def _lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         """The cached lookup; a user's error in it (no method, an ambiguity, code that does not
-        build) is raised with the traceback from here on, not the library's frames below."""
+        build, a method body that raised or returned no source) is raised with the traceback
+        from here on (and the body's own frames), not the library's frames between."""
         try:
             return self.site.lookup(F, tt, key)
-        except (MethodError, _compiler.CompileError) as e:
-            raise e.with_traceback(None) from e.__cause__
+        except Exception as e:
+            from_body, tb = _compiler.body_traceback(e)
+            if from_body:  # with its own cause and context, as they were
+                raise e.with_traceback(tb)  # noqa: B904
+            if isinstance(e, (MethodError, _compiler.CompileError)):
+                raise e.with_traceback(None) from e.__cause__
+            raise
 
     def _check_fork(self) -> None:
         """Record that this process uses the back-end's device, or raise the fork error in a

@@ -508,7 +508,10 @@ class GenericFunction:
             listing = "; ".join(_sig_str(self.name, m.signature, names) for m in visible)
             raise MethodError(
                 f"no method of {self.name} matches {_sig_str(self.name, tt, names)} in world "
-                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}"
+                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}. Define "
+                f"a method of {self.name} for these types (a def {self.name} with the same "
+                f"decorator, its parameters annotated {_annotations(tt)} or abstract types "
+                "above them), or convert the arguments to types a visible method takes"
             )
         minimal = [
             m
@@ -520,6 +523,7 @@ class GenericFunction:
         raise AmbiguityError(
             f"{_sig_str(self.name, tt, names)} is ambiguous in world {world}: candidates "
             f"{listing}; define a method more specific than all of them"
+            + ("" if _has_weak(tt) else f" (one annotated {_annotations(tt)} is)")
         )
 
     def _range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
@@ -615,6 +619,11 @@ class GenericFunction:
 
 def _newest_first(e: _Dispatch) -> int:
     return -e.min_world
+
+
+def _annotations(tt: tuple[type, ...]) -> str:
+    """The annotations of a method that takes ``tt`` (a weak type's default), for messages."""
+    return f"({', '.join(type_name(t) for t in _defaults(tt))})"
 
 
 def _weak_hint(tt: tuple[type, ...]) -> str:

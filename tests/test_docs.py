@@ -77,3 +77,18 @@ def test_the_world_diagram_draws_each_range_and_marks_the_open_ones():
     assert lines[0].split("|")[1].split() == ["1", "2", "3", "4"]
     assert lines[2] == "a | ========"  # worlds 1 and 2
     assert lines[3] == "b |         ========>"  # from world 3 on, still valid
+
+
+def test_help_of_the_package_starts_with_a_launch_that_runs():
+    import re
+    import textwrap
+
+    import specializer
+
+    doc = specializer.__doc__ or ""
+    head, _, rest = doc.partition("::\n\n")
+    assert "\n\n" in head and len(head.splitlines()) <= 3  # the summary line, then the start
+    block = textwrap.dedent(re.match(r"(?:    .*\n|\n)+", rest).group(0))
+    assert "from specializer.backends import opencl as cl" in block and "cl.launch(" in block
+    pytest.importorskip("pyopencl")
+    exec(compile(block, "specializer.__doc__", "exec"), {"__name__": "docs_package_help"})

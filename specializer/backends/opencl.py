@@ -498,6 +498,52 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
     )
 
 
+def _work_group_problem(
+    linked: LinkedKernel, g: tuple[int, ...], ls: tuple[int, ...]
+) -> str | None:
+    """Which rule a local size the device refused breaks, and what to do (None: not found)."""
+    lss = ls[0] if len(ls) == 1 else ls
+    for d, (n, m) in enumerate(zip(g, ls)):
+        if n % m:
+            at = "" if len(g) == 1 else f" in dimension {d} of local_size {ls}, global_size {g}"
+            return (
+                f"local_size {m} does not divide global_size {n} ({n} % {m} = {n % m}){at}: "
+                f"pick a local size that divides it, or pad global_size to a multiple of {m} "
+                f"({-(-n // m) * m}) and have the kernel skip the work-items past {n}"
+            )
+    items = int(np.prod(ls))
+    for device in linked.program.get_info(cl.program_info.DEVICES):
+        if items > device.max_work_group_size:
+            return (
+                f"local_size {lss} has {items} work-items, more than the device's limit of "
+                f"{device.max_work_group_size} per work group ({device.name.strip()}): use a "
+                "smaller local size"
+            )
+        for d, (m, most) in enumerate(zip(ls, device.max_work_item_sizes)):
+            if m > most:
+                return (
+                    f"local_size {lss} has {m} work-items in dimension {d}, more than the "
+                    f"device's limit of {most} there ({device.name.strip()}): use a smaller "
+                    "local size"
+                )
+        info = cl.kernel_work_group_info
+        most = linked.kernel.get_work_group_info(info.WORK_GROUP_SIZE, device)
+        if items > most:
+            return (
+                f"local_size {lss} has {items} work-items, more than the {most} this kernel "
+                f"takes on {device.name.strip()} (it uses too many registers or too much local "
+                "memory for more): use a smaller local size"
+            )
+        reqd = tuple(linked.kernel.get_work_group_info(info.COMPILE_WORK_GROUP_SIZE, device))
+        if any(reqd) and reqd != ls + (1,) * (3 - len(ls)):
+            want = reqd[0] if len(ls) == 1 else reqd[: len(ls)]
+            return (
+                f"the kernel's source declares reqd_work_group_size{reqd}, and local_size is "
+                f"{lss}: launch with local_size={want} or change the attribute"
+            )
+    return None
+
+
 # RuntimeError: pyopencl's std::bad_cast for a work size past size_t (an int global_size is
 # not range-checked before the enqueue: checking costs every launch, a failure only itself)
 _FAILURES = (cl.Error, struct.error, OverflowError, TypeError, RuntimeError)
@@ -518,12 +564,20 @@ def _failed(
         except ValueError as e:
             raise e from None
     if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
+        g, ls, _ = _sizes(global_size, local_size, None)
+        try:
+            why = _work_group_problem(linked, g, ls) if ls is not None else None
+        except cl.Error:  # a device that does not say: the rules, then
+            why = None
         raise ValueError(
-            f"the device refused local_size={local_size!r} with global_size={global_size!r} "
-            f"for kernel {launching.signature(linked.name, linked.tt)}: a local size must "
-            "divide the global size in each dimension (on devices without non-uniform work "
-            "groups), fit the device's and the kernel's work-group limits, and match a "
-            "reqd_work_group_size attribute"
+            f"kernel {launching.signature(linked.name, linked.tt)}: "
+            + (
+                why
+                or f"the device refused local_size={local_size!r} with global_size="
+                f"{global_size!r}: a local size must divide the global size in each "
+                "dimension, fit the device's and the kernel's work-group limits, and match a "
+                "reqd_work_group_size attribute"
+            )
         ) from None
     for i, (t, v) in enumerate(zip(linked.tt, values)):
         if isinstance(error, (struct.error, OverflowError)) and isinstance(v, (int, float)):
