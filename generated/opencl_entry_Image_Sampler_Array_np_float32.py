@@ -9,14 +9,21 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, a2, = params
-        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = (global_size,)
-        else:
-            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
             k = _take()
         except IndexError:
             k = _new()
+        t = k[6]  # the 1-tuple this record last made of an int size
+        if global_size is t[0] and local_size is None and global_offset is None:
+            global_size = t
+        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = k[6] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            except BaseException:
+                _give(k)
+                raise
         try:
             k[0](0, a0)
             if k[4] is not a1:
@@ -57,14 +64,21 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = (global_size,)
-            else:
-                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
+            t = k[6]  # the 1-tuple this record last made of an int size
+            if global_size is t[0] and local_size is None and global_offset is None:
+                global_size = t
+            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = k[6] = (global_size,)
+            else:
+                try:
+                    global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+                except BaseException:
+                    _give(k)
+                    raise
             try:
                 k[0](0, a0)
                 if k[4] is not a1:
@@ -100,14 +114,21 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
         if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = (global_size,)
-        else:
-            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
             k = _take()
         except IndexError:
             k = _new()
+        t = k[6]  # the 1-tuple this record last made of an int size
+        if global_size is t[0] and local_size is None and global_offset is None:
+            global_size = t
+        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = k[6] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            except BaseException:
+                _give(k)
+                raise
         try:
             k[0](0, a0)
             if k[4] is not a1:

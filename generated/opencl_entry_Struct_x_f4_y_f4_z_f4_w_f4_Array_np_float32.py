@@ -9,14 +9,21 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, = params
-        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = (global_size,)
-        else:
-            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
             k = _take()
         except IndexError:
             k = _new()
+        t = k[5]  # the 1-tuple this record last made of an int size
+        if global_size is t[0] and local_size is None and global_offset is None:
+            global_size = t
+        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = k[5] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            except BaseException:
+                _give(k)
+                raise
         try:
             k[1](0, a0)
             if k[4]() is not a1:
@@ -53,14 +60,21 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1)):
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = (global_size,)
-            else:
-                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
+            t = k[5]  # the 1-tuple this record last made of an int size
+            if global_size is t[0] and local_size is None and global_offset is None:
+                global_size = t
+            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = k[5] = (global_size,)
+            else:
+                try:
+                    global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+                except BaseException:
+                    _give(k)
+                    raise
             try:
                 k[1](0, a0)
                 if k[4]() is not a1:
@@ -92,14 +106,21 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
         if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape) and a0.dtype == _D0 and a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1)):
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = (global_size,)
-        else:
-            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
             k = _take()
         except IndexError:
             k = _new()
+        t = k[5]  # the 1-tuple this record last made of an int size
+        if global_size is t[0] and local_size is None and global_offset is None:
+            global_size = t
+        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = k[5] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            except BaseException:
+                _give(k)
+                raise
         try:
             k[1](0, a0)
             if k[4]() is not a1:

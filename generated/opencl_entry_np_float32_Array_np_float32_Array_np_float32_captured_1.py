@@ -9,14 +9,21 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, a2, = params
-        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = (global_size,)
-        else:
-            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
             k = _take()
         except IndexError:
             k = _new()
+        t = k[6]  # the 1-tuple this record last made of an int size
+        if global_size is t[0] and local_size is None and global_offset is None:
+            global_size = t
+        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = k[6] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            except BaseException:
+                _give(k)
+                raise
         try:
             if k[3] is not a0:
                 k[3] = _nothing
@@ -63,14 +70,21 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = (global_size,)
-            else:
-                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
+            t = k[6]  # the 1-tuple this record last made of an int size
+            if global_size is t[0] and local_size is None and global_offset is None:
+                global_size = t
+            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = k[6] = (global_size,)
+            else:
+                try:
+                    global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+                except BaseException:
+                    _give(k)
+                    raise
             try:
                 if k[3] is not a0:
                     k[3] = _nothing
@@ -112,14 +126,21 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
         if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
             return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        if global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = (global_size,)
-        else:
-            global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
         try:
             k = _take()
         except IndexError:
             k = _new()
+        t = k[6]  # the 1-tuple this record last made of an int size
+        if global_size is t[0] and local_size is None and global_offset is None:
+            global_size = t
+        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+            global_size = k[6] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+            except BaseException:
+                _give(k)
+                raise
         try:
             if k[3] is not a0:
                 k[3] = _nothing

@@ -456,7 +456,13 @@ class LinkedKernel:
         """A pool record with a new kernel object: ``[set_arg, set_buf, kernel, <nothing set
         at each index>]`` (see ``templates/opencl_entry.py.j2``)."""
         knl = cl.Kernel(self.program, self.name)
-        return [knl.set_arg, _private.set_arg_buf(knl), knl, *([_nothing] * len(self.tt))]
+        return [
+            knl.set_arg,
+            _private.set_arg_buf(knl),
+            knl,
+            *([_nothing] * len(self.tt)),
+            (_nothing,),  # no global size is that object
+        ]
 
     def __repr__(self) -> str:
         return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
