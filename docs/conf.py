@@ -31,3 +31,15 @@ try:
 except ImportError:
     html_theme = "alabaster"
 html_title = f"specializer {version}"
+
+
+def _no_generic_class_signature(app, what, name, obj, options, signature, return_annotation):
+    """An argument type (``Array``, ``Buffer``, ``Struct``, ...) is no value to create: its
+    ``(*args, **kwargs)`` says nothing, so its entry shows no signature."""
+    if what in ("class", "exception") and signature == "(*args, **kwargs)":
+        return "", return_annotation
+    return None
+
+
+def setup(app):
+    app.connect("autodoc-process-signature", _no_generic_class_signature)
