@@ -21,7 +21,14 @@ from functools import partial
 from typing import Any, NamedTuple, Protocol, TypeGuard
 
 from . import world as _world
-from .types import WeakScalar, is_subtype, public_module, resolve_weak, type_name
+from .types import (
+    WeakScalar,
+    argument_type,
+    is_subtype,
+    public_module,
+    resolve_weak,
+    type_name,
+)
 
 __all__ = [
     "AmbiguityError",
@@ -225,7 +232,7 @@ def signature_of(fn: Callable[..., Any], localns: dict[str, Any] | None = None) 
                 f"parameter {p.name!r} of {name} has no annotation: annotate it with the type "
                 "it dispatches on (for example np.float32 or Array[np.floating])"
             )
-        t = hints[p.name]
+        t = argument_type(hints[p.name])  # Annotated[Struct, dtype] is Struct[dtype], ...
         if not isinstance(t, type):
             raise TypeError(
                 f"parameter {p.name!r} of {name} is annotated with {t!r}, which is not a type"

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copyreg
 import operator
-from typing import Any, ClassVar, cast
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, cast, get_origin
 
 import numpy as np
 
@@ -29,6 +29,7 @@ __all__ = [
     "Struct",
     "Weak",
     "WeakScalar",
+    "argument_type",
     "is_subtype",
     "public_module",
     "resolve_weak",
@@ -37,6 +38,22 @@ __all__ = [
 ]
 
 _intern_lock = new_lock()
+
+#: The element type parameter of an array family, for type checkers: ``Array[np.float32]``
+#: is then a subtype of ``Array[np.floating]`` for them as it is at run time.
+EltypeT_co = TypeVar("EltypeT_co", bound=np.generic, covariant=True)
+
+if TYPE_CHECKING:
+    from typing import Generic as _Parametric
+else:
+
+    class _Parametric:
+        """``typing.Generic`` for type checkers only: at run time ``_Parametric[T]`` is
+        ``object``, so that :class:`DeviceArray`'s bases and every array class's MRO are what
+        they were (the metaclass's ``__getitem__``, not ``Generic``, makes ``Array[T]``)."""
+
+        def __class_getitem__(cls, params: Any) -> type:
+            return object
 
 
 def _scalar_type(t: Any) -> type[np.generic]:
@@ -75,8 +92,12 @@ class _ArrayMeta(type):
     ``T`` is a numpy scalar type or dtype. A structured (or other void) dtype is kept whole, so
     two struct layouts are two types, both below ``Family[np.void]``."""
 
-    def __getitem__(cls, eltype: Any) -> type[DeviceArray]:
-        family: type[DeviceArray] = cls._family_root  # type: ignore[attr-defined]
+    def __getitem__(cls, eltype: Any) -> type[DeviceArray[Any]]:
+        if isinstance(eltype, TypeVar) and cls.__dict__.get("eltype") is None:
+            # ``class Array(DeviceArray[T])``, a family generic for type checkers: the family
+            # root itself (so its bases are what ``class Array(DeviceArray)`` gives).
+            return cast("type[DeviceArray[Any]]", cls)
+        family: type[DeviceArray[Any]] = cls._family_root  # type: ignore[attr-defined]
         whole = _whole_dtype(eltype)
         t: Any = whole if whole is not None else _scalar_type(eltype)
         cached = family._interned.get(t)
@@ -95,7 +116,7 @@ class _ArrayMeta(type):
                 ns = {"eltype": t, "__module__": family.__module__}
                 name = f"{family.__name__}[{type_name(t)}]"
             # An _ArrayMeta instance whose bases are the family's classes: a DeviceArray class.
-            cls_ = cast("type[DeviceArray]", _ArrayMeta(name, bases, ns))
+            cls_ = cast("type[DeviceArray[Any]]", _ArrayMeta(name, bases, ns))
             family._interned[t] = cls_
             return cls_
 
@@ -105,20 +126,31 @@ class _ArrayMeta(type):
     @property
     def dtype(cls) -> np.dtype | None:
         """``Array[np.float32].dtype``, on the class itself."""
-        return cast("type[DeviceArray]", cls)._dtype()  # every class of it is a DeviceArray
+        return cast("type[DeviceArray[Any]]", cls)._dtype()  # every class of it is a DeviceArray
 
 
-class DeviceArray(metaclass=_ArrayMeta):
-    """Base of the array families. A back-end subclasses it once: ``class Array(DeviceArray)``.
+class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
+    """Base of the array families. A back-end subclasses it once:
+    ``class Array(DeviceArray[EltypeT_co])`` (at run time ``DeviceArray[T]`` with a type
+    variable is ``DeviceArray`` itself; type checkers see a generic class).
 
     ``Array[np.float32]`` is then a class with ``eltype`` (``np.float32``) and
     ``dtype`` (``np.dtype('float32')``); it is never instantiated, it is a type to
     dispatch on and to hand to a kernel method's body.
+
+    For type checkers an ``Array[T]`` is generic in ``T`` (a numpy scalar type, covariant),
+    and a parameter annotated ``x: Array[np.floating]`` has ``x.dtype``, a ``np.dtype[T]``:
+    the method body gets the class, whose ``dtype`` its metaclass gives.
     """
 
+    if TYPE_CHECKING:
+        # what a parameter ``x: Array[np.floating]`` has for a type checker (on the class,
+        # the metaclass's ``dtype``; the family roots' is None)
+        dtype: np.dtype[EltypeT_co]
+
     eltype: ClassVar[type[np.generic] | None] = None
-    _interned: ClassVar[dict[Any, type[DeviceArray]]]
-    _family_root: ClassVar[type[DeviceArray]]
+    _interned: ClassVar[dict[Any, type[DeviceArray[Any]]]]
+    _family_root: ClassVar[type[DeviceArray[Any]]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -134,7 +166,7 @@ class DeviceArray(metaclass=_ArrayMeta):
             return cls._whole
         return None if cls.eltype is None else np.dtype(cls.eltype)
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray:
+    def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray[Any]:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not an array to create")
 
 
@@ -174,7 +206,11 @@ class Struct(metaclass=_StructMeta):
     ``make_float4`` returns). ``Struct[dtype]`` is one type per layout, below ``Struct``; its
     ``dtype`` is the whole structured dtype, to write the declaration from."""
 
-    dtype: ClassVar[np.dtype | None] = None
+    if TYPE_CHECKING:
+        # ``Struct[dtype]``, what a method body gets, has its dtype; the root alone has None.
+        dtype: ClassVar[np.dtype[np.void]]
+    else:
+        dtype = None
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Struct:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
@@ -266,6 +302,40 @@ def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
 # reduction goes in copyreg's table, which pickle consults first.
 for _meta in (_ArrayMeta, _StructMeta, _WeakMeta):
     copyreg.pickle(_meta, _reduce_argtype)
+
+
+def argument_type(annotation: Any) -> Any:
+    """The argument type a parameter annotation stands for (the hook ``signature_of`` calls).
+
+    A struct layout is a dtype, a value, which no type checker takes as a type parameter;
+    the spelling both accept is ``typing.Annotated`` with the dtype as its metadata:
+
+    - ``Annotated[Struct, dtype]`` is ``Struct[dtype]``;
+    - ``Annotated[Array[np.void], dtype]`` (or ``Annotated[Array, dtype]``) is
+      ``Array[dtype]`` of that array family (any dtype below the annotated array type).
+
+    ``Annotated[T, ...]`` without a numpy dtype in its metadata is ``T``; any other
+    annotation is returned as it is."""
+    if get_origin(annotation) is not Annotated:
+        return annotation
+    base: Any = annotation.__origin__
+    dtypes = [m for m in annotation.__metadata__ if isinstance(m, np.dtype)]
+    if not dtypes:
+        return base
+    if len(dtypes) > 1:
+        raise TypeError(f"{annotation!r} gives more than one dtype: give the one it stands for")
+    dt = dtypes[0]
+    if base is Struct:
+        return Struct[dt]
+    if isinstance(base, _ArrayMeta) and base is not DeviceArray:
+        t = cast("type[DeviceArray[Any]]", base)._family_root[dt]
+        if not issubclass(t, base):
+            raise TypeError(f"{annotation!r}: {type_name(t)} is not below {type_name(base)}")
+        return t
+    raise TypeError(
+        f"{annotation!r}: a dtype in Annotated[...] stands for a struct layout, and goes with "
+        "Struct (Annotated[Struct, dtype]) or an array family (Annotated[Array[np.void], dtype])"
+    )
 
 
 def resolve_weak(t: type, declared: type) -> type:

@@ -48,7 +48,7 @@ import struct
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, Protocol, cast, overload
 
 import numpy as np
 import pyopencl as cl
@@ -60,13 +60,23 @@ from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
 from ..kernels import (
     SCALAR_TYPES,
     Definitions,
+    DeviceFunction,
     Kernel,
     KernelInstance,
     uncached_lookup,
     unsupported_argument,
 )
 from ..locks import new_lock
-from ..types import WEAK, DeviceArray, Struct, WeakScalar, resolve_weak, type_name, weak_type
+from ..types import (
+    WEAK,
+    DeviceArray,
+    EltypeT_co,
+    Struct,
+    WeakScalar,
+    resolve_weak,
+    type_name,
+    weak_type,
+)
 from . import _pyopencl_private as _private
 
 __all__ = [
@@ -97,10 +107,11 @@ __all__ = [
 # -- argument types -----------------------------------------------------------------------
 
 
-class Array(DeviceArray):
+class Array(DeviceArray[EltypeT_co]):
     """Argument types of ``pyopencl.array.Array`` values: ``Array[np.float32]`` and its
     supertypes (``Array[np.floating]``, ``Array[np.number]``, ...) to dispatch on. A structured
-    dtype is kept whole: ``Array[dtype]`` per layout, below ``Array[np.void]``."""
+    dtype is kept whole: ``Array[dtype]`` per layout, below ``Array[np.void]``, spelled
+    ``Annotated[Array[np.void], dtype]`` in an annotation (as type checkers accept it)."""
 
 
 class _ArgType:
@@ -155,7 +166,7 @@ _BY_CLASS: dict[type, type] = {
 _GUARD_CLASS: dict[type, type] = {
     t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not cl.Image
 } | {Image: cl.Image}
-_array_types: dict[np.dtype, type[DeviceArray]] = {}
+_array_types: dict[np.dtype, type[DeviceArray[Any]]] = {}
 
 
 def _foreign_order(dtype: np.dtype, path: str = "") -> str | None:
@@ -181,13 +192,13 @@ def _byte_order_error(what: str, dtype: np.dtype, where: str, fix: str) -> Value
     )
 
 
-def _array_type(dtype: np.dtype) -> type[DeviceArray]:
+def _array_type(dtype: np.dtype) -> type[DeviceArray[Any]]:
     t = _array_types.get(dtype)
     if t is None:
         where = _foreign_order(dtype)
         if where is not None:
             raise _byte_order_error("an array", dtype, where, "arr")
-        t = _array_types.setdefault(dtype, Array[dtype])
+        t = _array_types.setdefault(dtype, cast(Any, Array)[dtype])  # (a value: not for checkers)
     return t
 
 
@@ -302,11 +313,17 @@ def _c_type(t: Any) -> tuple[str, str]:
     return spelled
 
 
-def ctype(t: type[np.generic] | np.dtype) -> str:
+def ctype(t: type[np.generic] | np.generic | np.dtype[Any] | type[Struct] | Struct) -> str:
     """Spell a scalar or vector type in OpenCL C: ``ctype(np.float32) == "float"``,
     ``ctype(np.dtype("int64")) == "long"``, ``ctype(np.bool_) == "uchar"``,
     ``ctype(pyopencl.cltypes.float4) == "float4"``; complex types are pyopencl's ``cfloat_t``
-    and ``cdouble_t``, which need ``#include <pyopencl-complex.h>`` in the kernel source."""
+    and ``cdouble_t``, which need ``#include <pyopencl-complex.h>`` in the kernel source.
+
+    A numpy scalar value stands for its type (``ctype(np.float32(1)) == "float"``); the
+    ``np.generic`` and ``Struct`` in its annotation are what a type checker sees a method's
+    parameter as (``v: np.number``), where the body gets the type itself."""
+    if isinstance(t, np.generic):
+        return _c_type(t.dtype if isinstance(t, np.void) else type(t))[0]
     return _c_type(t)[0]
 
 
@@ -1296,6 +1313,20 @@ _definitions = Definitions(
 )
 
 
+@overload
+def kernel(
+    fn: Callable[..., str],
+    *,
+    callees: Iterable[DeviceFunction] = ...,
+    localns: dict[str, Any] | None = ...,
+) -> Kernel: ...
+@overload
+def kernel(
+    fn: None = None,
+    *,
+    callees: Iterable[DeviceFunction] = ...,
+    localns: dict[str, Any] | None = ...,
+) -> Callable[[Callable[..., str]], Kernel]: ...
 def kernel(
     fn: Callable[..., Any] | None = None,
     *,
@@ -1325,6 +1356,20 @@ def kernel(
     return _definitions.kernel(fn, callees=callees, localns=localns)
 
 
+@overload
+def device(
+    fn: Callable[[], str],
+    *,
+    callees: Iterable[DeviceFunction] = ...,
+    localns: dict[str, Any] | None = ...,
+) -> DeviceFunction: ...
+@overload
+def device(
+    fn: None = None,
+    *,
+    callees: Iterable[DeviceFunction] = ...,
+    localns: dict[str, Any] | None = ...,
+) -> Callable[[Callable[[], str]], DeviceFunction]: ...
 def device(
     fn: Callable[..., Any] | None = None,
     *,
@@ -1490,7 +1535,10 @@ def _check_contexts(queue: cl.CommandQueue, f: Any, args: tuple[Any, ...]) -> No
 
 
 def clfunction(
-    f: Any, tt: Iterable[type] = (), queue: cl.CommandQueue | None = None, **compiler_kwargs: Any
+    f: Kernel | KernelInstance,
+    tt: Iterable[type] = (),
+    queue: cl.CommandQueue | None = None,
+    **compiler_kwargs: Any,
 ) -> HostKernel:
     """The kernel ``f`` (a kernel or kernel instance) for argument types ``tt`` in the context of
     ``queue`` (default :func:`default_queue`), built with ``options=(...)`` if given.
@@ -1505,7 +1553,28 @@ def clfunction(
     return cast(HostKernel, _launcher.function(f, tt, queue, compiler_kwargs))
 
 
-launch = _launcher.launch
+#: a launch's sizes: an int, or a sequence of up to 3 ints
+_Sizes = int | Sequence[int]
+
+
+class _Launch(Protocol):
+    """The type of :func:`launch` (generated by the core, so typed here for type checkers)."""
+
+    def __call__(
+        self,
+        f: Kernel | KernelInstance,
+        /,
+        *args: Any,
+        global_size: _Sizes,
+        local_size: _Sizes | None = None,
+        global_offset: _Sizes | None = None,
+        wait_for: Sequence[cl.Event] | None = None,
+        queue: cl.CommandQueue | None = None,
+        options: str | Sequence[str] = ...,
+    ) -> cl.Event: ...
+
+
+launch: _Launch = _launcher.launch
 launch.__doc__ = """``launch(f, *args, global_size, local_size=None, global_offset=None,
 wait_for=None, queue=None, **compiler_kwargs)``: launch kernel ``f`` (a kernel or kernel
 instance) on ``args`` and return the ``pyopencl.Event``.

@@ -23,7 +23,7 @@ from typing import Any, cast
 import numpy as np
 
 from ...locks import new_lock
-from ...types import DeviceArray
+from ...types import DeviceArray, EltypeT_co
 from ._driver import Context, check, current_context, driver, pushed
 
 __all__ = ["ARGTYPES", "Array", "CuArray", "array_type", "cuarray_class", "device_pointer"]
@@ -32,12 +32,12 @@ __all__ = ["ARGTYPES", "Array", "CuArray", "array_type", "cuarray_class", "devic
 ELEMENT_KINDS = "biufc"
 
 
-class Array(DeviceArray):
+class Array(DeviceArray[EltypeT_co]):
     """Kernel argument types of CUDA device arrays: ``Array[np.float32]`` and its supertypes
     ``Array[np.floating]``, ``Array[np.number]``, ``Array[np.generic]``."""
 
 
-def array_type(dtype: Any) -> type[Array]:
+def array_type(dtype: Any) -> type[Array[Any]]:
     """``Array[dtype]``, for an element type a kernel can take through a pointer (numeric or
     bool, in native byte order: another byte order is a ``ValueError``)."""
     dt = np.dtype(dtype)
@@ -49,7 +49,7 @@ def array_type(dtype: Any) -> type[Array]:
             f"(use {dt.newbyteorder('=')})"
         )
     # cast: Array's subscript interns a subclass of Array itself (the family root)
-    return cast("type[Array]", Array[dt.type])
+    return cast("type[Array[Any]]", cast(Any, Array)[dt.type])
 
 
 def _native(a: np.ndarray) -> np.ndarray:
