@@ -94,7 +94,7 @@ What the core gives a back-end
 - ``launcher.template_params(...)``: what its template is rendered with for one signature
   (``tools/regen_generated.py`` renders it for review);
 - :func:`forget` ``(part)``: a context (or the token a back-end keys one by) is gone;
-- ``launcher._check_fork()``: the fork rule (SPEC 9), which each of a back-end's helpers that
+- ``launcher.check_fork()``: the fork rule (SPEC 9), which each of a back-end's helpers that
   reach its device (a queue, a context, an array) calls first: it records that this process
   uses the device, or raises the fork error in a fork of one that did.
 
@@ -255,7 +255,7 @@ class Launcher:
         self._own_attrs(definitions)
         definitions.kernel_slots(self.front_attr)
         self.other = self._make_other()
-        self._user: int | None = None  # the process that used it: a fork may not (_check_fork)
+        self._user: int | None = None  # the process that used it: a fork may not (check_fork)
         self._misses = 0
         self._misses_lock = new_lock(reentrant=False)
         #: the generated launch path of each signature: code, bound to this launcher's globals
@@ -517,7 +517,7 @@ class Launcher:
         F = self.definitions.kernel_type(f)
         if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
             self.definitions.own(F)
-        self._check_fork()
+        self.check_fork()
         n = len(self.options)
         for k, v in zip(self.lifted, opts[n:]):
             if v is not NOTHING:
@@ -631,7 +631,7 @@ class Launcher:
                 raise e.with_traceback(None) from e.__cause__
             raise
 
-    def _check_fork(self) -> None:
+    def check_fork(self) -> None:
         """Record that this process uses the back-end's device, or raise the fork error in a
         fork of the process that did (SPEC 9): the back-end's one record of device use. The
         core calls it on a miss and a lookup (a fork has a world of its own, so its front
@@ -652,7 +652,7 @@ class Launcher:
         (3.12 and later drop the vectorcall path of a class whose ``__call__`` is set).
         TODO: a ``host_class`` shared by two back-ends would refuse the other's HostKernels
         too; each back-end here has its own."""
-        check = self._check_fork
+        check = self.check_fork
 
         def call_in_fork(hk: HostKernel, *args: Any, **kwargs: Any) -> Any:
             check()  # raises: this process is a fork of the user
@@ -674,7 +674,7 @@ class Launcher:
         the cached lookup's result: nothing but that lookup is kept."""
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
-        self._check_fork()
+        self.check_fork()
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))

@@ -1147,7 +1147,7 @@ def default_queue() -> cl.CommandQueue:
     """The queue launches use when given none: the one set with :func:`set_default_queue`,
     else a queue on PoCL's CPU device (created on first use, then kept). In a fork of a
     process that used the device, the fork error (see :func:`launch`)."""
-    _launcher._check_fork()  # using a queue is using the device
+    _launcher.check_fork()  # using a queue is using the device
     queue = _DEFAULT[0]
     if queue is None:
         with _default_lock():
@@ -1162,7 +1162,7 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
     if queue is not None and not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
     if queue is not None:
-        _launcher._check_fork()  # a queue of the user's is a device in use
+        _launcher.check_fork()  # a queue of the user's is a device in use
     with _default_lock():
         _DEFAULT[0] = queue
 

@@ -69,7 +69,7 @@ import re
 import shlex
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -79,8 +79,11 @@ import numpy as np
 from ... import includes
 from ...compiler import Artifact, Backend, CompileError, CompilerConfig, CompilerJob
 from ...locks import new_lock
-from . import _diskcache
+from ...types import Struct, type_name
+from . import _diskcache, _driver
+from ._array import Array
 from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
+from ._params import struct_dtype
 
 try:
     from cuda.bindings import nvrtc
@@ -199,8 +202,6 @@ def _split_options(options: Any, what: str) -> tuple[Any, ...]:
 
 
 def _signature(name: str, tt: Sequence[type]) -> str:
-    from ...types import type_name
-
     return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
@@ -707,10 +708,8 @@ def _callee_hints(log: str, job: CompilerJob) -> list[str]:
     names = dict.fromkeys(_UNDEFINED.findall(log))
     if not names:
         return []
-    from ._launch import _definitions  # here: _launch imports this module
-
     defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it, in order
-    for gf in _definitions.device_functions():
+    for gf in device_functions():
         if gf.name in names:
             defined.setdefault(gf.name, {})[gf.__module__] = None
     listed = {mi.method.gf.name for mi in job.callees}
@@ -903,10 +902,6 @@ def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
 
 
 def _argument_kind(t: type) -> tuple[str, int] | None:
-    from ...types import Struct
-    from ._array import Array
-    from ._params import struct_dtype
-
     if isinstance(t, type) and issubclass(t, Array):
         return "ptr", 8
     if isinstance(t, type) and issubclass(t, Struct):
@@ -924,9 +919,6 @@ def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) 
     from what the pointer parameter points at, as the mangled name declares it (extern "C"
     names say nothing of that). Runs where the kernel is compiled (no GPU needed), never on
     a launch."""
-    from ...types import type_name
-    from ._array import Array
-
     params = ptx_parameters(ptx, lowered)
     if params is None:
         return
@@ -1348,8 +1340,20 @@ class CUDABackend(Backend):
         )
 
 
-#: the modules loaded into each context (held weakly by its key), by NVRTC program
+#: the modules loaded into each context (held weakly by its key), by NVRTC program; dropped
+#: when the context is gone (the driver layer calls the hook appended here)
 _modules: weakref.WeakKeyDictionary[ContextKey, dict[str, Any]] = weakref.WeakKeyDictionary()
+
+
+def _forget_modules(token: ContextKey) -> None:
+    _modules.pop(token, None)
+
+
+_driver.on_forget.append(_forget_modules)
+
+#: The back-end's device functions, for a build error's hint (:func:`_callee_hints`):
+#: ``_launch`` sets it to its definitions' ``device_functions`` at import.
+device_functions: Callable[[], Iterable[Any]] = tuple
 
 BACKEND = CUDABackend()
 

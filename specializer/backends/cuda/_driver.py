@@ -18,10 +18,11 @@ from __future__ import annotations
 import functools
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ... import launching
 from ...locks import new_lock
 
 try:
@@ -156,18 +157,26 @@ _lock = new_lock()
 _primaries: dict[int, Context] = {}
 
 
-def _used() -> None:
-    """Record that this process uses the device, or raise the fork error in a fork of one
-    that did (SPEC 9): every context, array, stream and copy comes through here. The
-    back-end's one record of device use is its launcher's."""
-    from ._launch import _launcher  # (which imports this module)
+def _unchecked() -> None:
+    """:data:`check_use` before ``_launch`` sets it (the package's ``__init__`` imports
+    ``_launch`` before anything here can be called)."""
 
-    _launcher._check_fork()
+
+#: Run before each use of the device (every context, array, stream and copy comes through
+#: it): records that this process uses the device, or raises the fork error in a fork of one
+#: that did (SPEC 9). ``_launch`` sets it to its launcher's ``check_fork`` at import: the
+#: back-end's one record of device use is the launcher's, a layer above this module.
+check_use: Callable[[], None] = _unchecked
+
+#: Called with a context's key when the context is gone (destroyed or collected), after the
+#: core forgot the lookups keyed by it: each higher layer that keeps something per context
+#: (``_compiler``'s loaded modules) appends its own at import. They take no lock.
+on_forget: list[Callable[[ContextKey], None]] = []
 
 
 def _device(ordinal: int) -> Any:
     require()
-    _used()  # every context is made on a device from here
+    check_use()  # every context is made on a device from here
     if isinstance(ordinal, bool) or not isinstance(ordinal, int):
         raise TypeError(f"a device is an int ordinal, got {ordinal!r}")
     count = check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
@@ -211,11 +220,9 @@ class ContextKey:
 def _forget(token: ContextKey) -> None:
     """A context is gone (destroyed or collected): what was loaded for it and the lookup
     results keyed by it are dropped. Takes no lock (see launching.forget)."""
-    from ... import launching
-    from . import _compiler
-
     launching.forget(token)
-    _compiler._modules.pop(token, None)  # the modules loaded into it
+    for hook in on_forget:
+        hook(token)  # the modules loaded into it (_compiler's)
     token.table.clear()  # the front entries of its kernels
 
 
@@ -337,7 +344,7 @@ class Context:
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
     def __enter__(self) -> Context:
-        _used()
+        check_use()
         self._check_alive()
         local.stack.append(local.context)
         _make_current(self)
@@ -370,7 +377,7 @@ def _make_current(ctx: Context | None) -> None:
 def current_context() -> Context:
     """The calling thread's current context: the primary context of device 0 unless the
     thread entered another with ``with ctx:``."""
-    _used()  # a fork keeps the forking thread's context: not its own
+    check_use()  # a fork keeps the forking thread's context: not its own
     ctx = local.context
     if ctx is None:
         ctx = Context.primary(0)
@@ -389,7 +396,7 @@ def current_key() -> tuple[ContextKey, tuple[()]]:
 def pushed(ctx: Context) -> Iterator[None]:
     """Make ``ctx`` the driver's current context for the block, on any thread, leaving the
     thread's own current context as it was (for loads, copies and frees)."""
-    _used()
+    check_use()
     ctx._check_alive()
     check(driver.cuCtxPushCurrent(ctx.handle), "cuCtxPushCurrent")
     try:

@@ -28,7 +28,7 @@ from ...kernels import (
     unsupported_argument,
 )
 from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
-from . import _params
+from . import _compiler, _driver, _params
 from . import _types as _types
 from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
 from ._compiler import COMPILER_KWARGS, LinkedKernel, compiler_config
@@ -324,6 +324,11 @@ class _CUDALauncher(launching.Launcher):
 
 
 _launcher = _CUDALauncher(_definitions)
+# The layers below call up through hooks set here: the driver's fork check on each use of the
+# device is the launcher's (the one record of device use), and a build error's hint names
+# the device functions defined here.
+_driver.check_use = _launcher.check_fork
+_compiler.device_functions = _definitions.device_functions
 _site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
 
 #: a grid or block: an int, or a sequence of up to 3 ints

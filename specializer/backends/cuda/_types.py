@@ -28,6 +28,7 @@ from ._array import (
     is_cuda_core,
     strided_view,
 )
+from ._driver import available, current_context
 
 __all__ = [
     "ACCEPTED",
@@ -194,8 +195,6 @@ def _typeof_other(value: Any) -> type:
 def _check_device(value: Any, device_id: int) -> None:
     """A ``ValueError`` when ``value``'s memory is on another device than the current
     context's (what its launch runs on); nothing to compare with where no GPU is."""
-    from ._driver import available, current_context
-
     if not available():
         return
     ordinal = current_context().ordinal

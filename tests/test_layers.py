@@ -1,0 +1,141 @@
+"""The CUDA back-end's modules are layered without a circle (read with ``ast``, nothing run).
+
+Each module imports, at module level, only modules of lower layers, and no function imports a
+sibling module (the way a circle used to be broken at run time). A lower layer that needs to
+call up has a hook the higher one sets at import (``_driver.check_use``, ``_driver.on_forget``,
+``_compiler.device_functions``); the last test checks they are set.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = "specializer.backends.cuda"
+DIRECTORY = Path(__file__).resolve().parent.parent / "specializer" / "backends" / "cuda"
+
+#: lowest first: a module may import (at module level) only the modules before it
+LAYERS = [
+    "_driver",  # driver calls, the probe, contexts, streams
+    "_array",  # CuArray, Array[dtype], foreign arrays' pointers
+    "_types",  # argument types: what a value dispatches as, its C type
+    "_params",  # parameter buffers: how a launch's arguments are laid out
+    "_diskcache",  # PTX and cubins on disk
+    "_compiler",  # NVRTC, programs, modules loaded into contexts, the Backend
+    "_launch",  # the definitions, the Launcher, HostKernel, launch, cufunction
+    "__init__",  # the public API
+]
+
+
+def _modules() -> dict[str, ast.Module]:
+    return {
+        path.stem: ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for path in sorted(DIRECTORY.glob("*.py"))
+    }
+
+
+def _siblings(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
+    """The modules of the package that an import statement in ``module`` imports."""
+    names: list[str] = []
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name.startswith(PACKAGE + "."):
+                names.append(alias.name[len(PACKAGE) + 1 :].split(".")[0])
+        return names
+    if node.level == 0:
+        base = node.module or ""
+    else:
+        parts = PACKAGE.split(".")  # __init__'s package and a submodule's are the same
+        base = ".".join(parts[: len(parts) - (node.level - 1)])
+        if node.module:
+            base = f"{base}.{node.module}" if base else node.module
+    if base == PACKAGE:  # from . import _params, _types
+        names.extend(alias.name for alias in node.names)
+    elif base.startswith(PACKAGE + "."):
+        names.append(base[len(PACKAGE) + 1 :].split(".")[0])
+    return names
+
+
+def _imports(tree: ast.Module, module: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+    """(module-level, in-function) imports of sibling modules: (line, sibling) pairs. An
+    import in a class body or under ``if``/``try`` at module level counts as module level."""
+    top: list[tuple[int, str]] = []
+    inner: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                for name in _siblings(child, module):
+                    (inner if in_function else top).append((child.lineno, name))
+            nested = in_function or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+            )
+            visit(child, nested)
+
+    visit(tree, False)
+    return top, inner
+
+
+def test_the_layer_list_names_every_module_of_the_package() -> None:
+    assert sorted(_modules()) == sorted(LAYERS)
+
+
+@pytest.mark.parametrize("module", LAYERS)
+def test_a_module_imports_only_lower_layers(module: str) -> None:
+    top, _ = _imports(_modules()[module], module)
+    higher = [
+        f"{module}.py:{line} imports {name}"
+        for line, name in top
+        if name not in LAYERS or LAYERS.index(name) >= LAYERS.index(module)
+    ]
+    assert not higher, f"a module may import only the layers below it ({LAYERS}): {higher}"
+
+
+@pytest.mark.parametrize("module", LAYERS)
+def test_no_function_imports_a_sibling_module(module: str) -> None:
+    _, inner = _imports(_modules()[module], module)
+    found = [f"{module}.py:{line} imports {name} in a function" for line, name in inner]
+    assert not found, f"import it at module level (a lower layer), or set a hook: {found}"
+
+
+def test_the_reader_sees_each_form_of_import() -> None:
+    src = (
+        "from . import _driver, _array\n"
+        "from ._types import typeof\n"
+        "import specializer.backends.cuda._params\n"
+        "from specializer.backends.cuda._compiler import BACKEND\n"
+        "from ... import launching\n"
+        "def f():\n"
+        "    from ._launch import _launcher\n"
+    )
+    top, inner = _imports(ast.parse(src), "_x")
+    assert [name for _, name in top] == ["_driver", "_array", "_types", "_params", "_compiler"]
+    assert inner == [(7, "_launch")]
+
+
+def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
+    pytest.importorskip("cuda.bindings")
+    from specializer.backends.cuda import _compiler, _driver, _launch
+
+    assert _driver.check_use == _launch._launcher.check_fork
+    assert _compiler._forget_modules in _driver.on_forget
+    assert _compiler.device_functions == _launch._definitions.device_functions
+
+
+def test_a_context_gone_drops_the_modules_loaded_into_it() -> None:
+    """The driver forgets a context through the compiler's hook (no GPU: a stand-in)."""
+    pytest.importorskip("cuda.bindings")
+    from specializer.backends.cuda import _compiler, _driver
+
+    class StandIn:  # a ContextKey holds its context weakly: anything weakly referable
+        pass
+
+    ctx = StandIn()
+    token = _driver.ContextKey(ctx)  # type: ignore[arg-type]
+    _compiler._modules[token] = {"program": object()}
+    token.table["kernel"] = object()
+    _driver._forget(token)
+    assert token not in _compiler._modules
+    assert token.table == {}
