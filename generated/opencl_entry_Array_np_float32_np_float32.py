@@ -37,8 +37,10 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                 k[4] = a1
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 
@@ -91,8 +93,10 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                     k[4] = a1
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                _failed(linked, (a0, a1, ), e, global_size, local_size)
-                raise
+                error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+                if error is None:
+                    raise
+                raise error from None
             finally:
                 _give(k)
 
@@ -140,8 +144,10 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                 k[4] = a1
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 

@@ -36,8 +36,10 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 k[5] = a2
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 
@@ -89,8 +91,10 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     k[5] = a2
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-                raise
+                error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+                if error is None:
+                    raise
+                raise error from None
             finally:
                 _give(k)
 
@@ -137,8 +141,10 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 k[5] = a2
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 

@@ -38,8 +38,10 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 
@@ -93,8 +95,10 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                     k[5] = _ref(a2)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-                raise
+                error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+                if error is None:
+                    raise
+                raise error from None
             finally:
                 _give(k)
 
@@ -143,8 +147,10 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 

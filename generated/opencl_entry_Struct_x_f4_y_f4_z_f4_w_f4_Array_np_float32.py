@@ -34,8 +34,10 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                 k[4] = _ref(a1)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 
@@ -85,8 +87,10 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                     k[4] = _ref(a1)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                _failed(linked, (a0, a1, ), e, global_size, local_size)
-                raise
+                error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+                if error is None:
+                    raise
+                raise error from None
             finally:
                 _give(k)
 
@@ -131,8 +135,10 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                 k[4] = _ref(a1)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 

@@ -43,8 +43,10 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 
@@ -104,8 +106,10 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                     k[5] = _ref(a2)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-                raise
+                error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+                if error is None:
+                    raise
+                raise error from None
             finally:
                 _give(k)
 
@@ -160,8 +164,10 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 k[5] = _ref(a2)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            raise
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
         finally:
             _give(k)
 

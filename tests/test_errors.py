@@ -169,6 +169,24 @@ def test_a_local_size_that_does_not_divide_the_global_size_says_so_and_what_to_d
             cl.launch(fill_indivisible, x, np.float32(1), global_size=8)  # a front entry
 
 
+def test_a_local_size_error_after_a_redefinition_is_as_short(x):
+    # A launch whose front entry is of an older world goes through the miss: the error is
+    # raised from the launch's own frame, not from the helper that words it.
+    @cl.kernel
+    def fill_redefined(x: cl.Array[np.float32], v: np.float32) -> str:
+        return FILL.format("fill_redefined")
+
+    cl.launch(fill_redefined, x, np.float32(1), global_size=8)
+
+    @cl.kernel
+    def fill_redefined(x: cl.Array[np.float32], v: np.float32) -> str:
+        return FILL.format("fill_redefined")
+
+    with pytest.raises(ValueError, match="local_size 3 does not divide global_size 8") as e:
+        cl.launch(fill_redefined, x, np.float32(1), global_size=8, local_size=3)
+    assert_short(e.value, "cl.launch(fill_redefined, x, np.float32(1), global_size=8")
+
+
 def test_a_local_size_in_two_dimensions_names_the_dimension(queue):
     @cl.kernel
     def fill_2d(x: cl.Array[np.float32], v: np.float32) -> str:

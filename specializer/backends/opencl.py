@@ -578,21 +578,22 @@ def _failed(
     error: Exception,
     global_size: Any = None,
     local_size: Any = None,
-) -> None:
-    """Say which argument a failed launch could not set, or which work size the device
-    refused, and why (raises; returns only for another failure, to re-raise it as it is)."""
+) -> Exception | None:
+    """The error that says which argument a failed launch could not set, or which work size
+    the device refused, and why; None for another failure (re-raised as it is). Returned, not
+    raised, so the launch raises it from its own frame (one library frame fewer)."""
     if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
         try:
             _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it
         except ValueError as e:
-            raise e from None
+            return e
     if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
         g, ls, _ = _sizes(global_size, local_size, None)
         try:
             why = _work_group_problem(linked, g, ls) if ls is not None else None
         except cl.Error:  # a device that does not say: the rules, then
             why = None
-        raise ValueError(
+        return ValueError(
             f"kernel {launching.signature(linked.name, linked.tt)}: "
             + (
                 why
@@ -601,7 +602,7 @@ def _failed(
                 "dimension, fit the device's and the kernel's work-group limits, and match a "
                 "reqd_work_group_size attribute"
             )
-        ) from None
+        )
     for i, (t, v) in enumerate(zip(linked.tt, values)):
         if isinstance(error, (struct.error, OverflowError)) and isinstance(v, (int, float)):
             try:
@@ -609,21 +610,22 @@ def _failed(
             except (struct.error, OverflowError):
                 info = np.iinfo(t) if issubclass(t, np.integer) else None
                 span = f" ({info.min} to {info.max})" if info is not None else ""
-                raise OverflowError(
+                return OverflowError(
                     f"{v!r} does not fit {type_name(t)}{span}, the type of {_describe(linked, i)}"
-                ) from None
+                )
     if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
         probe = cl.Kernel(linked.program, linked.name)
         for i, (t, v) in enumerate(zip(linked.tt, values)):
             try:
                 _set_one(probe, i, t, v)
             except cl.Error as e:
-                raise TypeError(
+                return TypeError(
                     f"OpenCL refused the value for {_describe(linked, i)}, typed "
                     f"{type_name(t)} by the method's signature: {e}. The kernel source "
                     "declares that parameter with another type or size: make the "
                     "annotation match the C declaration"
-                ) from None
+                )
+    return None
 
 
 def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
