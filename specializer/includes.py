@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import uuid
 from collections.abc import Mapping, Sequence
 
 __all__ = ["MAX_BYTES", "MAX_FILES", "digest", "include_dirs", "keyed", "scan"]
@@ -209,6 +208,8 @@ def digest(
     if not found:
         return ""
     if any(name.startswith(_UNKEYED) for name, _ in found):
+        import uuid  # here, not at the top: for cold start (about 1 ms), a rare path
+
         return _UNKEYED + uuid.uuid4().hex
     h = hashlib.sha256()
     for name, sha in found:
