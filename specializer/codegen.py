@@ -280,6 +280,8 @@ def generate(
 def render_block(template: str, block: str, **params: Any) -> str | None:
     """What block ``block`` renders to with ``params`` in ``template`` or the nearest template
     it extends that defines it (None where none does, or it cannot be rendered alone)."""
+    import jinja2  # (only on an error's path: Jinja is imported at the first render)
+
     env = _environment()
     name: str | None = template
     while name is not None:

@@ -303,10 +303,29 @@ class Launcher:
                     'the caller must give, "none", "zero" or "false" for one that '
                     "defaults to None, 0 or False"
                 )
-        name = self.where_name
-        source = _checked_render(
-            self.template, name="entry_check", **self._params((), (), [], [], 0, False)
+        # One render with a launch argument of each declared guard kind: its entry must
+        # assign the where, and its guard must check each argument.
+        kinds = list(self.guard_kinds)
+        params = self._params(
+            (object,) * len(kinds),
+            (object,) * len(kinds),
+            kinds,
+            ["guard_check"] * len(kinds),
+            0,
+            False,
         )
+        try:
+            source = _checked_render(self.template, name="entry_check", **params)
+        except SyntaxError:
+            # Without arguments first (a block of its own is at fault: the error names it),
+            # then each kind alone (one that renders nothing breaks the guard's expression).
+            _checked_render(
+                self.template, name="entry_check", **self._params((), (), [], [], 0, False)
+            )
+            for kind in kinds:
+                self._check_guard_kind(kind, what)
+            raise
+        name = self.where_name
         entry = _function_named(source, "entry")
         stored = any(
             isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
@@ -319,26 +338,24 @@ class Launcher:
                 f"it was published for; without it every launch would take the slow path. Set "
                 f"it in the block, e.g. `{name} = <the where option, or its default when None>`"
             )
+        checked = _guarded_names(source)
+        for i, kind in enumerate(kinds):
+            if f"a{i}" not in checked:
+                self._check_guard_kind(kind, what)
 
-        for kind in self.guard_kinds:  # each declared kind has its expression in the template
-            source = codegen.render(
-                self.template,
-                name="entry_check",
-                **self._params((object,), (object,), [kind], ["guard_check"], 0, False),
+    def _check_guard_kind(self, kind: str, what: str) -> None:
+        """Refuse a declared guard kind the template does not render (naming it)."""
+        params = self._params((object,), (object,), [kind], ["guard_check"], 0, False)
+        try:
+            checked = _guarded_names(codegen.render(self.template, name="entry_check", **params))
+        except SyntaxError:
+            checked = set()
+        if "a0" not in checked:
+            raise TypeError(
+                f"{what}: guard kind {kind!r} (Launcher.guard_kinds) renders no check in "
+                f"template {self.template!r}: its `guard` block must render it (see "
+                "templates/guards.j2)"
             )
-            tests = [
-                n.operand
-                for n in ast.walk(_function_named(source, "call"))
-                if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.Not)
-            ]
-            if not any(
-                isinstance(n, ast.Name) and n.id == "a0" for t in tests for n in ast.walk(t)
-            ):
-                raise TypeError(
-                    f"{what}: guard kind {kind!r} (Launcher.guard_kinds) renders no check in "
-                    f"template {self.template!r}: its `guard` block must render it (see "
-                    "templates/guards.j2)"
-                )
 
     # -- what a back-end supplies -----------------------------------------------------------
 
@@ -704,6 +721,17 @@ def _function_named(source: str, name: str) -> ast.FunctionDef:
     return next(
         n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name
     )
+
+
+def _guarded_names(source: str) -> set[str]:
+    """The names the guard of a rendered HostKernel call (``call``) reads."""
+    return {
+        n.id
+        for t in ast.walk(_function_named(source, "call"))
+        if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
+        for n in ast.walk(t.operand)
+        if isinstance(n, ast.Name)
+    }
 
 
 def _checked_render(template: str, **params: Any) -> str:
