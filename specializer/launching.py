@@ -315,7 +315,7 @@ class Launcher:
             False,
         )
         try:
-            source = _checked_render(self.template, name="entry_check", **params)
+            tree = _checked_render(self.template, name="entry_check", **params)
         except SyntaxError:
             # Without arguments first (a block of its own is at fault: the error names it),
             # then each kind alone (one that renders nothing breaks the guard's expression).
@@ -326,7 +326,7 @@ class Launcher:
                 self._check_guard_kind(kind, what)
             raise
         name = self.where_name
-        entry = _function_named(source, "entry")
+        entry = _function_named(tree, "entry")
         stored = any(
             isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store)
             for n in ast.walk(entry)
@@ -338,7 +338,7 @@ class Launcher:
                 f"it was published for; without it every launch would take the slow path. Set "
                 f"it in the block, e.g. `{name} = <the where option, or its default when None>`"
             )
-        checked = _guarded_names(source)
+        checked = _guarded_names(tree)
         for i, kind in enumerate(kinds):
             if f"a{i}" not in checked:
                 self._check_guard_kind(kind, what)
@@ -347,7 +347,9 @@ class Launcher:
         """Refuse a declared guard kind the template does not render (naming it)."""
         params = self._params((object,), (object,), [kind], ["guard_check"], 0, False)
         try:
-            checked = _guarded_names(codegen.render(self.template, name="entry_check", **params))
+            checked = _guarded_names(
+                ast.parse(codegen.render(self.template, name="entry_check", **params))
+            )
         except SyntaxError:
             checked = set()
         if "a0" not in checked:
@@ -717,32 +719,29 @@ def forget(part: Any) -> list[Any]:
     return dropped
 
 
-def _function_named(source: str, name: str) -> ast.FunctionDef:
-    return next(
-        n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == name
-    )
+def _function_named(tree: ast.AST, name: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
-def _guarded_names(source: str) -> set[str]:
+def _guarded_names(tree: ast.AST) -> set[str]:
     """The names the guard of a rendered HostKernel call (``call``) reads."""
     return {
         n.id
-        for t in ast.walk(_function_named(source, "call"))
+        for t in ast.walk(_function_named(tree, "call"))
         if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
         for n in ast.walk(t.operand)
         if isinstance(n, ast.Name)
     }
 
 
-def _checked_render(template: str, **params: Any) -> str:
-    """``template`` rendered with ``params``, refused naming the template, the block and the
-    line where the render does not compile."""
+def _checked_render(template: str, **params: Any) -> ast.Module:
+    """``template`` rendered with ``params`` and parsed; refused naming the template, the block
+    and the line where the render does not compile."""
     source = codegen.render(template, **params)
     try:
-        compile(source, f"<template {template}>", "exec")
+        return ast.parse(source, f"<template {template}>")
     except SyntaxError as e:
         raise codegen.template_error(template, source, e, params) from None
-    return source
 
 
 #: values that cannot change: a front entry compares one by identity, then by value
