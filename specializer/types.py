@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copyreg
 import operator
+import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, cast, get_origin
 
 import numpy as np
@@ -30,10 +32,14 @@ __all__ = [
     "Weak",
     "WeakScalar",
     "argument_type",
+    "describe_parameter",
     "is_subtype",
     "public_module",
     "resolve_weak",
     "type_name",
+    "weak_converter",
+    "weak_overflow",
+    "weak_range",
     "weak_type",
 ]
 
@@ -353,6 +359,73 @@ def resolve_weak(t: type, declared: type) -> type:
     ):
         return declared
     return t.default
+
+
+# -- weak values: the range check every back-end makes (SPEC 8) -------------------------------
+
+
+def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
+    """The range a Python ``int`` or ``float`` must be in to become a value of numpy type
+    ``t`` (what a weak argument resolved to) without wrapping or turning into an infinity:
+    ``iinfo(t)`` for an integer type, ``-finfo(t).max`` to ``finfo(t).max`` for a float type
+    narrower than a Python float; None where every value fits (``np.float64``, ``np.bool_``,
+    a type that is neither). An infinity or a NaN is a value of every float type: it is never
+    out of range."""
+    if not isinstance(t, type):
+        return None
+    if issubclass(t, np.integer):
+        ii = np.iinfo(t)
+        return int(ii.min), int(ii.max)
+    if issubclass(t, np.floating):
+        big = float(np.finfo(t).max)  # inf for a type wider than float64 (np.longdouble)
+        return None if big >= sys.float_info.max else (-big, big)
+    return None
+
+
+def describe_parameter(linked: Any, i: int) -> str:
+    """``parameter 1 (v) of kernel put(Array[np.float32], np.float32)``: parameter ``i``
+    (counting captured values first, from 0) of a linked kernel, by its ``name``, ``tt`` and,
+    where it has them, its parameter names ``params``."""
+    params = getattr(linked, "params", None) or ()
+    name = f" ({params[i]})" if i < len(params) and params[i] else ""
+    signature = f"{linked.name}({', '.join(type_name(t) for t in linked.tt)})"
+    return f"parameter {i}{name} of kernel {signature}"
+
+
+def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
+    """The error of a weak value out of numpy type ``t``'s range (``weak_range``), for the
+    parameter ``where`` names (``describe_parameter``): ``1e+39 does not fit np.float32
+    (-3.4028235e+38 to 3.4028235e+38), the type of parameter 1 (v) of kernel ...``."""
+    info: Any = None
+    if weak_range(t) is not None:
+        info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(cast(Any, t))
+    span = "" if info is None else f" ({info.min!s} to {info.max!s})"
+    return OverflowError(f"{value!r} does not fit {type_name(t)}{span}, the type of {where}")
+
+
+def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:
+    """``convert(value, linked, i)``: a weak value (a Python ``int``, ``float`` or ``bool``) as
+    numpy type ``t``, the concrete type its parameter ``i`` of ``linked`` took, or an
+    ``OverflowError`` naming the kernel, the parameter and the type where it is out of
+    ``weak_range(t)`` (numpy would wrap nothing but turn a float into an infinity, with only a
+    warning). One per parameter, made when the launch path is generated; a back-end whose
+    own conversion checks ranges (OpenCL's struct packing) raises ``weak_overflow`` instead."""
+    bounds = weak_range(t)
+    if bounds is None:
+
+        def convert(value: Any, linked: Any, i: int) -> Any:
+            return t(value)
+
+        return convert
+    lo, hi = bounds
+
+    def convert_ranged(value: Any, linked: Any, i: int) -> Any:
+        # value - value: 0 for a finite value, NaN for an infinity or a NaN (which fit)
+        if lo <= value <= hi or value - value != 0:
+            return t(value)
+        raise weak_overflow(value, t, describe_parameter(linked, i))
+
+    return convert_ranged
 
 
 def is_subtype(a: type, b: type) -> bool:

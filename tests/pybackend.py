@@ -32,7 +32,7 @@ import numpy as np
 from specializer import Backend, CompileError, CompilerConfig, cached_lookup, codegen
 from specializer.kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup
 from specializer.launching import HostKernel, Launcher, signature
-from specializer.types import WEAK, DeviceArray, WeakScalar, type_name
+from specializer.types import WEAK, DeviceArray, WeakScalar, type_name, weak_converter
 
 
 @dataclass(frozen=True)
@@ -227,40 +227,6 @@ def _wrong_context(linked: ItemsLinked, where: Any, context: Any) -> ValueError:
     )
 
 
-def _weak_converter(i: int, T: type) -> Any:
-    """``_W<i>(value, linked)``: a weak value as parameter ``i``'s concrete type ``T``."""
-
-    def overflow(value: Any, linked: ItemsLinked) -> OverflowError:
-        name = linked.params[i] if i < len(linked.params) else f"#{i}"
-        return OverflowError(
-            f"{value!r} is out of range for parameter {i} ({name}) of kernel "
-            f"{signature(linked.name, linked.tt)}, of type {type_name(T)}"
-        )
-
-    if issubclass(T, np.integer):
-        lo, hi = int(np.iinfo(T).min), int(np.iinfo(T).max)
-
-        def convert(value: Any, linked: ItemsLinked) -> Any:
-            if lo <= value <= hi:
-                return T(value)
-            raise overflow(value, linked)
-
-    elif issubclass(T, np.floating):
-        big = float(np.finfo(T).max)
-
-        def convert(value: Any, linked: ItemsLinked) -> Any:
-            if -big <= value <= big or value != value or value in (np.inf, -np.inf):
-                return T(value)
-            raise overflow(value, linked)
-
-    else:
-
-        def convert(value: Any, linked: ItemsLinked) -> Any:
-            return T(value)
-
-    return convert
-
-
 class PyLauncher(Launcher):
     """The launch path of the Python-items back-end (the core's :class:`Launcher`)."""
 
@@ -346,7 +312,7 @@ class PyLauncher(Launcher):
         for i, (t, r) in enumerate(zip(tt, resolved)):
             if isinstance(t, type) and issubclass(t, WeakScalar):
                 kinds.append("weak")
-                namespace[f"_W{i}"] = _weak_converter(i, r)
+                namespace[f"_W{i}"] = weak_converter(r)  # the core's range check
             else:
                 kinds.append("value")
         return guards, kinds, namespace

@@ -75,6 +75,7 @@ from ..types import (
     WeakScalar,
     resolve_weak,
     type_name,
+    weak_overflow,
     weak_type,
 )
 from . import _pyopencl_private as _private
@@ -608,11 +609,7 @@ def _failed(
             try:
                 _packer(t)(v)
             except (struct.error, OverflowError):
-                info = np.iinfo(t) if issubclass(t, np.integer) else None
-                span = f" ({info.min} to {info.max})" if info is not None else ""
-                return OverflowError(
-                    f"{v!r} does not fit {type_name(t)}{span}, the type of {_describe(linked, i)}"
-                )
+                return weak_overflow(v, t, _describe(linked, i))  # the core's error
     if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
         probe = cl.Kernel(linked.program, linked.name)
         for i, (t, v) in enumerate(zip(linked.tt, values)):

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from ...locks import new_lock
-from ...types import Struct, type_name
+from ...types import Struct, describe_parameter, weak_overflow, weak_range
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
 from ._types import param_ctype
 
@@ -132,12 +132,8 @@ def dim3(x: Any, what: str) -> tuple[int, int, int]:
 
 
 def overflow(linked: Any, i: int, value: Any) -> None:
-    t = linked.tt[i]
-    info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(t)
-    raise OverflowError(
-        f"{value!r} does not fit {type_name(t)} ({info.min} to {info.max}), the type of "
-        f"parameter {i} of kernel {linked.name} (counting from 0, captured values first)"
-    )
+    """A weak value out of its parameter's range (a "ranged" kind's check): the core's error."""
+    raise weak_overflow(value, linked.tt[i], describe_parameter(linked, i))
 
 
 def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> None:
@@ -149,16 +145,10 @@ def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> Non
     )
 
 
-def range_of(t: type) -> tuple[Any, Any] | None:
-    """The range a Python scalar must be in to be stored into a parameter of type ``t``
-    without wrapping or rounding to infinity (None where every value fits: float64)."""
-    if issubclass(t, np.integer):
-        info = np.iinfo(t)
-        return int(info.min), int(info.max)
-    if issubclass(t, np.floating) and t is not np.float64:
-        info = np.finfo(t)
-        return float(info.min), float(info.max)
-    return None
+#: The range a Python scalar must be in to be stored into a parameter of type ``t`` without
+#: wrapping or rounding to infinity (None where every value fits: float64): the core's, which
+#: every back-end's weak values are checked against (the template inlines the comparison).
+range_of = weak_range
 
 
 _pools: dict[tuple[type, ...], list[ParamBuffer]] = {}
