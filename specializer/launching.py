@@ -46,7 +46,9 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   the template needs. Python ``int``, ``float`` and ``bool`` have the weak types of
   :mod:`specializer.types`: dispatch resolves each to the concrete type the method declares
   (``resolved``), and the template converts the value to it on every launch, with a range
-  check (an ``OverflowError`` naming the kernel and the parameter).
+  check: :func:`specializer.types.weak_converter` ``(T)`` gives ``convert(value, linked, i)``,
+  which raises the core's ``OverflowError`` naming the kernel, the parameter and the type
+  (:func:`~specializer.types.weak_range` gives the range, for a back-end that checks inline).
 - ``typeof(value)``, given to its :class:`~specializer.kernels.Definitions`.
 
 Template blocks (each rendered at the indentation shown; ``entry.py.j2`` renders them)
