@@ -430,6 +430,7 @@ class GenericFunction:
         world can reach is released (the sweep; what an interrupt leaves of it, the next
         definition's sweep releases).
         """
+        _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
         old = self._table
         latest = _world.latest()
         method = Method(self, fn, sig, callees, latest + 1)

@@ -147,16 +147,19 @@ def current() -> int:
 
 def begin_definition(undo: Callable[[], object]) -> int:
     """Record a definition about to change state, with what undoes its changes; returns its
-    world. Call with :func:`lock` held, before the first change; :func:`publish_world` ends
+    world. Call with :func:`lock` held, after :func:`undo_in_flight` (before reading the state
+    the definition is computed from) and before the first change; :func:`publish_world` ends
     it. A definition an interrupt stopped before that is undone by whoever raises the world
     next, so it happened whole or not at all."""
     global STATE
-    _undo_in_flight()
+    undo_in_flight()
     STATE = STATE._replace(in_flight=undo)  # nothing a reader looks at
     return STATE.latest + 1
 
 
-def _undo_in_flight() -> None:
+def undo_in_flight() -> None:
+    """Undo a definition an interrupt left in flight (see :func:`begin_definition`). Call with
+    :func:`lock` held, first thing in whatever raises the world."""
     global STATE
     undo = STATE.in_flight
     if undo is not None:
@@ -173,7 +176,7 @@ def publish_world(new: int) -> None:
 def bump() -> int:
     """Raise the world counter for a change the library cannot see; returns the new world."""
     with _lock():
-        _undo_in_flight()
+        undo_in_flight()
         new = STATE.latest + 1
         publish_world(new)
     return new
@@ -367,7 +370,7 @@ def _after_fork_in_child() -> None:
     # before a back-end has checked that its devices may be used here.
     renew_all()
     _pins.clear()  # the parent's pinned calls are not running here
-    _undo_in_flight()  # a definition another thread of the parent was making
+    undo_in_flight()  # a definition another thread of the parent was making
     _publish(STATE._replace(latest=STATE.latest + 1, forked=True))
 
 

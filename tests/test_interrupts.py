@@ -152,7 +152,7 @@ def _settle() -> None:
     before its world was published), and what the next slow path does (set the hot world
     again if a publication was stopped between its stores)."""
     with world_module.lock():
-        world_module._undo_in_flight()
+        world_module.undo_in_flight()
     world_module.refresh()
 
 
@@ -308,6 +308,30 @@ def replacement():
         _dispatch_is_brute_force(p.k, (np.int64,), latest())
         _world_invariants()
         assert uncached(p.k, 2) == ("again" if happened else "number", 2)
+        _world_invariants()
+
+    return Program, op, check
+
+
+def replacement_then_another():
+    """A kernel method replaced, interrupted anywhere, then replaced again at once (no other
+    operation between): the second definition sees the first whole or not at all, never a
+    half of it that an undo would later take back."""
+
+    def op(p: Program) -> None:
+        p.k.add_method(p.kernel_body("again"), signature=(np.number,), callees=[p.leaf])
+
+    def check(p: Program, interrupted: bool) -> None:
+        happened = latest() == p.w0 + 1
+        p.k.add_method(p.kernel_body("third"), signature=(np.number,), callees=[p.leaf])
+        (m,) = p.k.methods()
+        assert latest() == p.w0 + 1 + happened
+        assert uncached(p.k, 2) == ("third", 2)
+        assert invoke_in_world(p.w0, uncached, p.k, 2) == ("number", 2)
+        if happened:
+            assert invoke_in_world(p.w0 + 1, uncached, p.k, 2) == ("again", 2)
+        history = [x for x in p.k._table.history if x.min_world <= latest()]
+        assert len(history) == p.history[1] + 1 + happened
         _world_invariants()
 
     return Program, op, check
@@ -495,6 +519,7 @@ CASES = [
     callee_redefinition,
     more_specific_method,
     replacement,
+    replacement_then_another,
     bump,
     pin,
     copied_context,
