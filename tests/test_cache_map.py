@@ -23,7 +23,7 @@ from specializer.lookup import forget_key
 from specializer.methods import GenericFunction
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGE = ROOT / "specializer"
+PACKAGE = Path(specializer.__file__).resolve().parent  # the package under test
 DESIGN = ROOT / "docs" / "design.md"
 
 # -- the map is complete --------------------------------------------------------------------

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import specializer
+
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 #: how long a child may take (a hang is a child still running then)
@@ -234,7 +236,7 @@ def one(x: cuda.Array[np.float32]) -> str:
 
 # -- one registry of locks -------------------------------------------------------------------
 
-PACKAGE = Path(__file__).parents[1] / "specializer"
+PACKAGE = Path(specializer.__file__).resolve().parent  # the package under test
 #: what makes a lock (or an object holding one) that the registry would not renew
 LOCK_MAKERS = {
     ("threading", n) for n in ("Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore")

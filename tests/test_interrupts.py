@@ -162,7 +162,7 @@ def _end_blocks_left(interrupted: bool) -> None:
     slow (lookups bypass their caches), never wrong; calling ``__exit__`` again ends it."""
     for b in world_module.STATE.blocks:
         assert interrupted
-        b.__exit__(None, None, None)
+        b.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)  # the with it was in
 
 
 def _world_invariants() -> None:
@@ -745,7 +745,7 @@ def test_a_real_signal_anywhere_in_a_block_leaves_it_ended_or_still_active(run):
         if active:
             left.append(True)
             for b in active:
-                b.__exit__(None, None, None)
+                b.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
         assert world_module.STATE.blocks == ()
         world_module.switch_precompile(None)
         assert not generating_output() and world_module.hooks() == []

@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import specializer
+
 PACKAGE = "specializer.backends.cuda"
-DIRECTORY = Path(__file__).resolve().parent.parent / "specializer" / "backends" / "cuda"
+DIRECTORY = Path(specializer.__file__).resolve().parent / "backends" / "cuda"  # under test
 
 #: lowest first: a module may import (at module level) only the modules before it
 LAYERS = [
