@@ -45,7 +45,7 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
         # everything again; anything else is a miss.
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
-            if _w is not (_tw := _TASK()[0]) and _w != _tw or where is not _where or (kw or _kw) and kw != _kw:
+            if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
                 if where is not _where:  # the kernel's entry for that where, if it has one
                     e = _other(_F, where)
                     if e is not None:

@@ -47,7 +47,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
         # everything again; anything else is a miss.
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
-            if _w is not (_tw := _TASK()[0]) and _w != _tw or where is not _where or (kw or _kw) and kw != _kw:
+            if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
                 if where is not _where:  # the kernel's entry for that where, if it has one
                     e = _other(_F, where)
                     if e is not None:

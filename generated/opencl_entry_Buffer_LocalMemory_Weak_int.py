@@ -52,7 +52,7 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
-            if _w is not (_tw := _TASK()[0]) and _w != _tw or queue is not _where or kw or options is not _options and options != _options:
+            if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options:
                 if queue is not _where:  # the kernel's entry for that where, if it has one
                     e = _other(_F, queue)
                     if e is not None:

@@ -50,7 +50,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
-            if _w is not (_tw := _TASK()[0]) and _w != _tw or queue is not _where or kw or options is not _options and options != _options:
+            if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options:
                 if queue is not _where:  # the kernel's entry for that where, if it has one
                     e = _other(_F, queue)
                     if e is not None:

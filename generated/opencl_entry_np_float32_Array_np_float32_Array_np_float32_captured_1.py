@@ -59,7 +59,7 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
-            if _w is not (_tw := _TASK()[0]) and _w != _tw or queue is not _where or kw or options is not _options and options != _options or f.__class__ is not _F:
+            if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options or f.__class__ is not _F:
                 if queue is not _where:  # the kernel's entry for that where, if it has one
                     e = _other(_F, queue)
                     if e is not None:
