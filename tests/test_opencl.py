@@ -894,8 +894,8 @@ def test_a_context_outlives_its_first_queue_and_keeps_working_on_another():
 
 @pytest.mark.slow
 def test_many_dropped_contexts_keep_the_process_size_bounded():
-    """Each context the library held cost about 1.1 MiB (its built program among them): 100
-    of them would add over 100 MiB; plain pyopencl adds almost nothing."""
+    """Each context the library held cost about 1.1 MiB (its built program among them): 200
+    of them would add over 200 MiB; plain pyopencl adds almost nothing."""
     device = cl.default_queue().device
 
     def rss_mib():
@@ -909,14 +909,16 @@ def test_many_dropped_contexts_keep_the_process_size_bounded():
         cl.clfunction(add_value, (F32, np.float32), queue=q)(x, np.float32(1), global_size=4)
         assert x.get().tolist() == [2, 2, 2, 2]
 
-    for _ in range(40):  # the allocator's and PoCL's own caches settle first
+    for _ in range(60):  # the allocator's and PoCL's own caches settle first
         one()
     gc.collect()
     before = rss_mib()
-    for _ in range(100):
+    for _ in range(200):
         one()
     gc.collect()
-    assert rss_mib() - before < 30
+    # held per context, 200 would add over 200 MiB; the allocator's and PoCL's own growth
+    # moves the resident size by up to about 30 MiB either way on this machine
+    assert rss_mib() - before < 60
 
 
 def test_kernels_launched_on_several_contexts_in_turn_keep_an_entry_for_each(queue, lookups):
