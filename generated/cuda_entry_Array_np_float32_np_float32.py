@@ -1,6 +1,6 @@
 # Generated from templates/cuda_entry.py.j2 by tools/regen_generated.py; do not edit.
 def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
-    """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
+    """Bind this signature's launch path to one linked kernel: ``(run, front, host, where_of)``."""
     _function = linked.function
 
     def run(params, grid, block, stream, shared_mem, cooperative, ):
@@ -86,43 +86,49 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
 
         return entry
 
-    def call(f, where, *args, grid, block, stream=None, shared_mem=0, cooperative=False, **kw):
-        # A HostKernel's call: f and where are bound; the arguments must have its types.
-        if kw:
-            unknown(kw)
-        try:
-            a0, a1, = args
-        except ValueError:
-            return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-        if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
-            return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-        if grid.__class__ is int and grid > 0:
-            gx, gy, gz = grid, 1, 1
-        else:
-            gx, gy, gz = _dim3(grid, "grid")
-        if block.__class__ is int and block > 0:
-            bx, by, bz = block, 1, 1
-        else:
-            bx, by, bz = _dim3(block, "block")
-        s = _null if stream is None else _stream(stream)
-        try:
-            b = _take()
-        except IndexError:
-            b = _new()
-        try:
-            v = b.values
-            v.a0 = a0
-            v.a1 = a1
-            if cooperative:
-                _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
-                err = 0
+    def host(f, where):
+        # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
+        # the HostKernel, a partial of it, binds no arguments, so a call need not join two
+        # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
+        def call(*args, grid, block, stream=None, shared_mem=0, cooperative=False, **kw):
+            # the arguments must have the types it was looked up for
+            if kw:
+                unknown(kw)
+            try:
+                a0, a1, = args
+            except ValueError:
+                return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
+            if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
+                return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
+            if grid.__class__ is int and grid > 0:
+                gx, gy, gz = grid, 1, 1
             else:
-                (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
-        finally:
-            _give(b)
-        if err:
-            _failed(err, linked, grid, block, shared_mem)
+                gx, gy, gz = _dim3(grid, "grid")
+            if block.__class__ is int and block > 0:
+                bx, by, bz = block, 1, 1
+            else:
+                bx, by, bz = _dim3(block, "block")
+            s = _null if stream is None else _stream(stream)
+            try:
+                b = _take()
+            except IndexError:
+                b = _new()
+            try:
+                v = b.values
+                v.a0 = a0
+                v.a1 = a1
+                if cooperative:
+                    _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
+                    err = 0
+                else:
+                    (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
+            finally:
+                _give(b)
+            if err:
+                _failed(err, linked, grid, block, shared_mem)
 
+
+        return call
 
     def where_of(grid, block, stream, shared_mem, cooperative, ):
         # What the `where` block gives for these launch options: a miss checks that a
@@ -130,4 +136,4 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
         where = _local.key
         return where
 
-    return run, front, call, where_of
+    return run, front, host, where_of

@@ -1,6 +1,6 @@
 # Generated from templates/opencl_entry.py.j2 by tools/regen_generated.py; do not edit.
 def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
-    """Bind this signature's launch path to one linked kernel: ``(run, front, call)``."""
+    """Bind this signature's launch path to one linked kernel: ``(run, front, host, where_of)``."""
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
@@ -102,55 +102,61 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
 
         return entry
 
-    def call(f, where, *args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
-        # A HostKernel's call: f and where are bound; the arguments must have its types.
-        if kw:
-            unknown(kw)
-        if queue is None:
-            queue = where
-        elif queue is not where:
-            queue = _same_context(linked, queue)
-        try:
-            a0, a1, = args
-        except ValueError:
-            return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        if not (a0.__class__ is _C0 and (a0.dtype is _D0 or a0.dtype == _D0) and a1.__class__ is _C1):
-            return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-        try:
-            k = _take()
-        except IndexError:
-            k = _new()
-        t = k[5]  # the 1-tuple this record last made of an int size
-        if global_size is t[0] and local_size is None and global_offset is None:
-            global_size = t
-        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = k[5] = (global_size,)
-        else:
+    def host(f, where):
+        # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
+        # the HostKernel, a partial of it, binds no arguments, so a call need not join two
+        # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
+        def call(*args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
+            # the arguments must have the types it was looked up for
+            if kw:
+                unknown(kw)
+            if queue is None:
+                queue = where
+            elif queue is not where:
+                queue = _same_context(linked, queue)
             try:
-                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            except BaseException:
+                a0, a1, = args
+            except ValueError:
+                return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
+            if not (a0.__class__ is _C0 and (a0.dtype is _D0 or a0.dtype == _D0) and a1.__class__ is _C1):
+                return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
+            try:
+                k = _take()
+            except IndexError:
+                k = _new()
+            t = k[5]  # the 1-tuple this record last made of an int size
+            if global_size is t[0] and local_size is None and global_offset is None:
+                global_size = t
+            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
+                global_size = k[5] = (global_size,)
+            else:
+                try:
+                    global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+                except BaseException:
+                    _give(k)
+                    raise
+            try:
+                if k[3]() is not a0:
+                    if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
+                        _bad_array(linked, 0, a0)
+                    k[3] = _nothing
+                    k[0](0, a0.base_data)
+                    k[3] = _ref(a0)
+                if k[4] is not a1:
+                    k[4] = _nothing
+                    k[1](1, a1)
+                    k[4] = a1
+                return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+            except _FAILURES as e:
+                error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+                if error is None:
+                    raise
+                raise error from None
+            finally:
                 _give(k)
-                raise
-        try:
-            if k[3]() is not a0:
-                if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
-                    _bad_array(linked, 0, a0)
-                k[3] = _nothing
-                k[0](0, a0.base_data)
-                k[3] = _ref(a0)
-            if k[4] is not a1:
-                k[4] = _nothing
-                k[1](1, a1)
-                k[4] = a1
-            return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
-        except _FAILURES as e:
-            error = _failed(linked, (a0, a1, ), e, global_size, local_size)
-            if error is None:
-                raise
-            raise error from None
-        finally:
-            _give(k)
 
+
+        return call
 
     def where_of(global_size, local_size, global_offset, wait_for, queue, ):
         # What the `where` block gives for these launch options: a miss checks that a
@@ -159,4 +165,4 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             queue = _DEFAULT[0]
         return queue
 
-    return run, front, call, where_of
+    return run, front, host, where_of

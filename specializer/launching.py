@@ -175,13 +175,13 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
-    It is a ``functools.partial`` of its signature's generated call: CPython 3.12 and later
-    call a subclass of partial that does not define ``__call__`` through the vectorcall
-    protocol, one Python call. On 3.10 and 3.11 a class statement does not give a subclass
-    that path, and each call builds and unpacks an argument tuple and a keyword dict (about
-    1,400 instructions more); that is the price of not writing into the type object. ``f`` is
-    the live kernel or kernel instance (whose captured values come first on every call),
-    ``linked`` the lookup's result.
+    It is a ``functools.partial`` of its signature's generated call, a closure over its kernel
+    and where that binds no arguments: CPython 3.12 and later call a subclass of partial that
+    does not define ``__call__`` through the vectorcall protocol, one Python call. On 3.10 and
+    3.11 a class statement does not give a subclass that path, and each call builds and
+    unpacks an argument tuple and a keyword dict (about 1,200 instructions more); that is the
+    price of not writing into the type object. ``f`` is the live kernel or kernel instance
+    (whose captured values come first on every call), ``linked`` the lookup's result.
     """
 
     f: Any
@@ -192,7 +192,7 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
     def __new__(
         cls, call: Callable[..., Any], f: Any, where: Any, tt: tuple[type, ...], linked: Any
     ) -> HostKernel:
-        self = super().__new__(cls, call, f, where)
+        self = super().__new__(cls, call)
         self.f = f
         self.tt = tt
         self.linked = linked
@@ -431,8 +431,9 @@ class Launcher:
         return tuple(out)
 
     def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
-        """``(run, front, call, where_of)`` of lookup types ``tt`` for ``linked`` (made once):
-        the slow path's launch, the maker of front entries, the HostKernel call, and what
+        """``(run, front, host, where_of)`` of lookup types ``tt`` for ``linked`` (made once):
+        the slow path's launch, the maker of front entries, the maker of a HostKernel's call
+        (``host(f, where)``), and what
         the `where` block gives for given launch options."""
         instance = not isinstance(F, Kernel)
         b = linked.bound.get((tt, instance))
@@ -699,7 +700,7 @@ class Launcher:
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))
-        return self.host_class(self.bound(linked, tt, F)[2], f, where, tt, linked)
+        return self.host_class(self.bound(linked, tt, F)[2](f, where), f, where, tt, linked)
 
     def resolve_where(self, where_opt: Any) -> Any:
         """The where a lookup given ``where_opt`` (None: the default) is for."""

@@ -2083,7 +2083,7 @@ def test_a_captured_array_and_a_launch_array_reach_the_driver_as_pointers_on_eve
         foreign = FakeCAI("<f4", ptr=0x7F00BEEF0000)
         cuda.typeof(foreign)  # the slow path has typed one: its class has a reader
         run((Instance.values[0], foreign, np.float32(2)), 1, 1, None, 0, False)
-        call(Instance(), None, foreign, np.float32(2), grid=1, block=1)
+        call(Instance(), None)(foreign, np.float32(2), grid=1, block=1)
     finally:
         glb["_launch"] = saved
     pointers = [(0x7F00DEAD0000).to_bytes(8, "little"), (0x7F00BEEF0000).to_bytes(8, "little")]
@@ -2096,17 +2096,19 @@ def test_a_one_element_struct_array_passes_the_guard_as_a_0d_one_does():
     tt = (cuda.Struct[double3],)
     factory = cuda._launch._launcher._factory(tt, tt, 0, False)
     failed = []
-    call = factory(Fun(tt), None, lambda linked, f, args, opts: failed.append(args), None)[2]
+    call = factory(Fun(tt), None, lambda linked, f, args, opts: failed.append(args), None)[2](
+        None, None
+    )
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec
     try:
         rhs = np.array([1.0, 2.0, 3.0])
         for value in (rhs.view(double3), rhs.view(double3).reshape(()), rhs.view(double3)[0]):
-            call(None, None, value, grid=1, block=1)
+            call(value, grid=1, block=1)
         two, swapped = np.zeros(2, double3), rhs.view(double3).astype(double3.newbyteorder())
         for value in (two, swapped):
-            call(None, None, value, grid=1, block=1)
+            call(value, grid=1, block=1)
     finally:
         glb["_launch"] = saved
     assert [c[4] for c in rec.calls] == [[rhs.tobytes()]] * 3
@@ -2283,7 +2285,7 @@ def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer()
         odd = FakeCAI("<f4", ptr=np.uint64(0x7F00BEEF4000))  # a pointer that is no int
         assert p.launch(odd) == (0x7F00BEEF4000).to_bytes(8, "little")
         # a HostKernel call's guard is the same
-        p.call(fill, p.where, FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
+        p.call(fill, p.where)(FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
         assert p.rec.calls[-1][4][0] == (0x7F00BEEF2000).to_bytes(8, "little")
         assert len(p.misses) == 5
 

@@ -920,7 +920,7 @@ def test_the_launch_path_is_generated_from_this_backends_template_and_reviewable
     assert "a1 = _W1(a1, linked, 1)" in g.source  # the core's weak_converter
     assert "for i in range(size):" in g.source
     hk = py.function(reviewed, (I32, int))
-    assert inspect.getsource(hk.func).startswith("    def call(f, where, *args, size")
+    assert inspect.getsource(hk.func).startswith("        def call(*args, size")
 
 
 def test_threads_launching_in_their_own_contexts_at_once_get_correct_results():
