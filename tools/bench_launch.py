@@ -381,9 +381,11 @@ PY_SIZE = 1  # work items per launch
 PY_BAR = 1_000  # instructions of `launch` above the hand-written block, on 3.11 and 3.12
 PY_SOURCE = "# {tag}\ncalls = 0\ndef k(i, a, b):\n    global calls\n    calls += 1\n"
 BY_HAND = "by hand"
+ONE_FRAME = "one frame"
 PY_ROWS = {
     "floor": "floor: the compiled function, `fn(0, x, b)`",
     BY_HAND: "the `launch` block of python_entry.py.j2 by hand, `block(x, b, size=1)`",
+    ONE_FRAME: "one function by hand: a front entry's checks, then the block, called as `launch`",
     "launch": "`py.launch(k, x, b, size=1)`",
     "hostkernel": "`hk = py.function(k, tt)`, then `hk(x, b, size=1)`",
     EMPTY: "empty loop, subtracted from every row above",
@@ -439,6 +441,9 @@ def _py_setup() -> dict[str, Variant]:
 
     variants[BY_HAND] = Variant(by_hand_loop, calls, PY_SIZE)
 
+    k_one, x_one, fn_one, one_calls = kernel("one frame")
+    variants[ONE_FRAME] = None  # its place in the table; made once every kernel is defined
+
     k_launch, x_launch, _, calls = kernel("launch")
 
     def launch_loop(n):
@@ -462,10 +467,54 @@ def _py_setup() -> dict[str, Variant]:
 
     variants[EMPTY] = Variant(empty_loop, lambda: 0, 0)
 
+    # in the world after the last definition, as the front entries are after a launch
+    one_frame = _one_frame(fn_one, py.function(k_one, tt).func.__globals__)
+
+    def one_frame_loop(n):
+        for _ in range(n):
+            one_frame(k_one, x_one, b, size=PY_SIZE)
+
+    variants[ONE_FRAME] = Variant(one_frame_loop, one_calls, PY_SIZE)
+
     assert list(variants) == list(PY_ROWS)
     for v in variants.values():
         v(WARM_UP)
     return variants
+
+
+def _one_frame(fn, g):
+    """What the least a launch could cost with the checks a front entry makes: one function
+    with `launch`'s signature doing what python_entry.py.j2's front entry for this signature
+    does (the where, the task's world, the compiler kwargs, the arguments' count and guards)
+    and then its `launch` block, with the generated code's own globals. It stands for any
+    design in which a launch is one Python frame; the library's `launch` is two (`launch`
+    finds the kernel's front entry and calls it)."""
+    _TASK, _DEFAULT, _size, _C0, _D0, _C1 = (
+        g[name] for name in ("_TASK", "_DEFAULT", "_size", "_C0", "_D0", "_C1")
+    )
+    _w, _where, _kw = _TASK()[0], _DEFAULT[0], {}
+    assert _w is not None, "measured outside the latest world"
+
+    def launch(f, /, *args, size, context=None, **kw):
+        if context is None:
+            context = _DEFAULT[0]
+        where = context
+        if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
+            raise AssertionError("the one-frame launch would miss")
+        try:
+            a0, a1 = args
+        except ValueError:
+            raise AssertionError("the one-frame launch would miss") from None
+        if not (
+            a0.__class__ is _C0 and (a0.dtype is _D0 or a0.dtype == _D0) and a1.__class__ is _C1
+        ):
+            raise AssertionError("the one-frame launch would miss")
+        if size.__class__ is not int or size < 0:
+            size = _size(size)
+        for i in range(size):
+            fn(i, a0, a1)
+
+    return launch
 
 
 def _py_main(args: argparse.Namespace) -> int:
