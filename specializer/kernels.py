@@ -246,8 +246,9 @@ class Definitions:
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
         #: the attributes the launchers over these definitions keep their entries under (a
-        #: kernel's front entry, a where's table): each launcher's own
-        self.launcher_attrs: set[str] = set()
+        #: kernel's front entry, a where's table): each launcher's own; and the kernels' ones
+        self.launcher_attrs: frozenset[str] = frozenset()
+        self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
 
     def _define(
@@ -355,7 +356,7 @@ class Definitions:
         """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
         each kernel): reading a slot costs the same whatever else a kernel holds, where an
         attribute added to some kernels and not others makes every kernel's dict slower to
-        read. Call before any kernel is defined."""
+        read. Kernels defined before keep what they have (and a dict for the rest)."""
         self.kernel_class = type(
             "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
         )

@@ -23,7 +23,9 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   the kernel is this back-end's).
 - ``where_attr`` (optional): the key of the where table in a where's own ``__dict__`` (see
   "Cached state"); ``None`` (the default): each kernel keeps only its newest front entry.
-  :meth:`Launcher.where_table` may be overridden instead.
+  :meth:`Launcher.where_table` may be overridden instead. A second launcher over the same
+  definitions (another instance of the class, or a subclass) keeps its entries under both
+  names numbered (``_2``, ``_3``...): two launchers never run each other's entries.
 - ``V``: the class of the lookup's result (checked on a miss); ``host_class``: the
   :class:`HostKernel` subclass it returns; ``lookup_name``: its lookup's name for messages
   (``"clfunction"``).
@@ -78,8 +80,7 @@ declares every kind a back-end's :meth:`Launcher.guard_of` returns, and ``docs/b
 lists them). A back-end's mistake is refused when it is made (:class:`Launcher` renders its
 template then): a ``defaults`` value outside the four, a render that does not compile (named
 by template, block and line), a ``where`` block that assigns nothing to ``where_name``, a
-declared guard kind the template does not render, a second launcher keeping its entries under
-the same attributes of the same definitions. On the first launch that shows it: a ``where``
+declared guard kind the template does not render. On the first launch that shows it: a ``where``
 block that does not give what :meth:`Launcher.resolve` gives, an undeclared guard kind, and a
 class-only guard for an array or struct type.
 
@@ -209,6 +210,8 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
         )
 
 
+#: guards the attributes each Definitions' launchers have taken (Launcher._own_attrs)
+_ATTRS_LOCK = new_lock(reentrant=False)
 #: the defaults a launch option may have
 _DEFAULTS = ("required", "none", "zero", "false")
 #: a lifted compiler kwarg that was not given
@@ -235,10 +238,12 @@ class Launcher:
     #: the variable the template's ``where`` block sets: the where a front entry compares
     where_name: ClassVar[str] = "where"
     #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
-    #: None: no where tables, each kernel keeps its newest front entry only
-    where_attr: ClassVar[str | None] = None
+    #: None: no where tables, each kernel keeps its newest front entry only. A second
+    #: launcher over the same definitions uses it numbered (``_2``), as it does front_attr
+    where_attr: str | None = None
     #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
-    front_attr: ClassVar[str]
+    #: (numbered, ``_2``, for a second launcher over the same definitions)
+    front_attr: str
     #: what the lookup's result is an instance of (checked on a miss)
     V: ClassVar[type]
     #: the HostKernel class this back-end returns
@@ -255,7 +260,6 @@ class Launcher:
         self.typeof = definitions.typeof
         self._check_backend()
         self._own_attrs(definitions)
-        definitions.kernel_slots(self.front_attr)
         self.other = self._make_other()
         self._user: int | None = None  # the process that used it: a fork may not (check_fork)
         self._misses = 0
@@ -274,18 +278,17 @@ class Launcher:
         )
 
     def _own_attrs(self, definitions: Definitions) -> None:
-        """Refuse a second launcher keeping its entries under the same attributes of the same
-        kernels (a kernel's front entry, a where's table): it would run the other one's."""
-        mine = {self.front_attr} | ({self.where_attr} if self.where_attr else set())
-        taken = mine & definitions.launcher_attrs
-        if taken:
-            raise TypeError(
-                f"back-end {self.name!r}: another launcher over the same definitions "
-                f"({definitions.module}) keeps its entries under {', '.join(sorted(taken))}; "
-                "two launchers sharing them would run each other's entries: give this "
-                "Launcher subclass its own front_attr (and where_attr)"
-            )
-        definitions.launcher_attrs |= mine
+        """Take this launcher's attributes of the definitions' kernels and wheres (a kernel's
+        front entry, a where's table): the class's ``front_attr`` and ``where_attr``, or, where
+        another launcher over the same definitions has them, the same names numbered (``_2``,
+        ``_3``...), so that two launchers never run each other's entries."""
+        with _ATTRS_LOCK():
+            taken = definitions.launcher_attrs
+            front, where = _free_attrs(self.front_attr, self.where_attr, taken)
+            self.front_attr, self.where_attr = front, where
+            definitions.launcher_attrs = taken | {front} | ({where} if where else set())
+            definitions.kernel_attrs += (front,)
+            definitions.kernel_slots(*definitions.kernel_attrs)
 
     def _check_backend(self) -> None:
         """Refuse a back-end's mistake now, naming it and what to write, rather than let every
@@ -705,6 +708,17 @@ class Launcher:
     def resolve_where(self, where_opt: Any) -> Any:
         """The where a lookup given ``where_opt`` (None: the default) is for."""
         raise NotImplementedError
+
+
+def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:
+    """``front`` and ``where``, or the first pair of them numbered (``_2``, ``_3``...) that
+    no other launcher over the same definitions has taken."""
+    n = 1
+    f, w = front, where
+    while f in taken or (w is not None and w in taken):
+        n += 1
+        f, w = f"{front}_{n}", None if where is None else f"{where}_{n}"
+    return f, w
 
 
 def forget(part: Any) -> list[Any]:

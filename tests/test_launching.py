@@ -463,14 +463,33 @@ def test_launches_that_hit_leave_the_public_miss_count_alone():
     assert py.launcher.misses == before + 1 and x.tolist() == [5] * 4
 
 
-def test_a_second_launcher_over_the_same_definitions_and_attributes_is_refused():
-    from pybackend import PyLauncher, py
+def test_two_launchers_over_the_same_definitions_run_their_own_entries():
+    # one back-end class twice over one Definitions: each launcher keeps its front entries
+    # under attributes of its own, so each launch runs (and counts) its own launcher's code
+    from pybackend import DEFAULT_CONTEXT, PyLauncher, items_typeof, py
 
-    defs = Definitions(py.typeof, "twice")
-    PyLauncher(defs, py.backend)
-    with pytest.raises(
-        TypeError,
-        match=r"another launcher over the same definitions \(twice\) "
-        r"keeps its entries under _pybackend_items_front",
-    ):
-        PyLauncher(defs, py.backend)
+    F32 = py.Array[np.float32]
+    defs = Definitions(items_typeof, "twice")
+    first, second = PyLauncher(defs, py.backend), PyLauncher(defs, py.backend)
+    second.default[0] = "the second's context"
+    assert (first.front_attr, second.front_attr) == (
+        "_pybackend_items_front",
+        "_pybackend_items_front_2",
+    )
+
+    @defs.kernel(localns=locals())
+    def where_am_i(x: F32) -> str:
+        return "def where_am_i(i, x): x[i] = len(context)"
+
+    x = np.zeros(2, np.float32)
+    for launcher, n in ((first, len(DEFAULT_CONTEXT)), (second, len("the second's context"))) * 3:
+        launcher.launch(where_am_i, x, size=2)
+        assert x.tolist() == [n, n]
+    assert first.misses == 1 and second.misses == 1  # each hit its own entry after the first
+    third = PyLauncher(defs, py.backend)  # defined after the kernel: its entries still its own
+    third.default[0] = "3rd"
+    third.launch(where_am_i, x, size=2)
+    first.launch(where_am_i, x, size=1)
+    assert x.tolist() == [len(DEFAULT_CONTEXT), 3]
+    assert third.front_attr == "_pybackend_items_front_3"
+    assert first.misses == 1 and third.misses == 1

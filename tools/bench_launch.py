@@ -499,7 +499,7 @@ def _one_frame(fn, g):
         if context is None:
             context = _DEFAULT[0]
         where = context
-        if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
+        if _w != _TASK()[0] or where is not _where or ((kw or _kw) and kw != _kw):
             raise AssertionError("the one-frame launch would miss")
         try:
             a0, a1 = args
