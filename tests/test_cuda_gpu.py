@@ -481,6 +481,10 @@ def test_reduction_multi_block_cg_runs_cooperatively_and_a_grid_too_large_is_ref
         cooperative=True,
     )
     np.testing.assert_allclose(out.get()[0], hx.sum(dtype=np.float64), rtol=1e-4)
+    # the limits are the linked kernel's, kept with its function handle (no module dict
+    # keyed on the handle's address, which another module could get later)
+    assert hk.linked.cooperative == {(block, 32): (most, per_sm, sms)}
+    assert not hasattr(cuda._driver, "_coop_limits")
     with pytest.raises(ValueError, match=r"cooperative launch of reduceSinglePassMultiBlockCG"):
         cuda.launch(
             reduceSinglePassMultiBlockCG,

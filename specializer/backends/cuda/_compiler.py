@@ -1159,7 +1159,18 @@ class LinkedKernel:
     each launch). Its module's ``__constant__`` and ``__device__`` variables are reached
     with :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
 
-    __slots__ = ("__weakref__", "arch", "bound", "function", "module", "name", "ptx", "token", "tt")
+    __slots__ = (
+        "__weakref__",
+        "arch",
+        "bound",
+        "cooperative",
+        "function",
+        "module",
+        "name",
+        "ptx",
+        "token",
+        "tt",
+    )
 
     def __init__(
         self,
@@ -1179,6 +1190,9 @@ class LinkedKernel:
         self.arch = arch
         self.ptx = ptx  # for naming the module's variables in errors
         self.bound: dict[Any, Any] = {}  # the launch path per lookup signature (the core's)
+        #: (threads per block, dynamic shared memory) -> the function's cooperative limits
+        #: (_driver.max_cooperative_blocks): they end with the function handle
+        self.cooperative: dict[tuple[int, int], tuple[int, int, int]] = {}
 
     @property
     def context(self) -> Context:

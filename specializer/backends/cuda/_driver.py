@@ -472,21 +472,22 @@ def stream_handle(stream: Any) -> Any:
 
 # -- cooperative launch ------------------------------------------------------------------
 
-_coop_lock = new_lock(reentrant=False)
-#: (function handle, threads per block, dynamic shared memory) -> (co-resident blocks, SMs)
-_coop_limits: dict[tuple[int, int, int], tuple[int, int, int]] = {}
-
 
 def max_cooperative_blocks(
-    function: Any, block_threads: int, shared_mem: int, context: Context
+    function: Any,
+    block_threads: int,
+    shared_mem: int,
+    context: Context,
+    limits: dict[tuple[int, int], tuple[int, int, int]] | None = None,
 ) -> tuple[int, int, int]:
     """``(most blocks, blocks per SM, SMs)``: how many blocks of ``block_threads`` threads and
     ``shared_mem`` bytes of dynamic shared memory can be resident at once on ``context``'s
     device for ``function`` (``cuOccupancyMaxActiveBlocksPerMultiprocessor`` times the SM
-    count), the limit of a cooperative launch's grid. Cached per (function, block,
+    count), the limit of a cooperative launch's grid. ``limits``, the function's own dict
+    (its linked kernel's: it lives as long as the function handle), caches them per (block,
     shared memory). Raises :class:`CUDAError` if the device cannot launch cooperatively."""
-    key = (int(function), int(block_threads), int(shared_mem))
-    found = _coop_limits.get(key)
+    key = (int(block_threads), int(shared_mem))
+    found = None if limits is None else limits.get(key)
     if found is not None:
         return found
     A = driver.CUdevice_attribute
@@ -512,8 +513,8 @@ def max_cooperative_blocks(
             f"for blocks of {block_threads} threads and {shared_mem} bytes of shared memory",
         )
     found = (int(per_sm) * int(sms), int(per_sm), int(sms))
-    with _coop_lock():
-        _coop_limits[key] = found
+    if limits is not None:
+        limits.setdefault(key, found)  # one store: two threads compute the same value
     return found
 
 
@@ -526,15 +527,17 @@ def launch_cooperative(
     params: Any,
     context: Context,
     name: str = "kernel",
+    limits: dict[tuple[int, int], tuple[int, int, int]] | None = None,
 ) -> None:
     """Launch ``function`` cooperatively (``cuLaunchCooperativeKernel``: its blocks may
     synchronize grid-wide with ``cooperative_groups::this_grid().sync()``) on ``grid`` blocks
     of ``block`` threads (3-tuples), ``stream`` a ``CUstream``, ``params`` the address of the
-    ``void*`` array of parameters (or ``None``). A grid larger than the device can hold at
+    ``void*`` array of parameters (or ``None``), ``limits`` the function's cache of its
+    limits (see :func:`max_cooperative_blocks`). A grid larger than the device can hold at
     once is a ``ValueError`` naming both sizes, before anything is launched."""
     blocks = grid[0] * grid[1] * grid[2]
     threads = block[0] * block[1] * block[2]
-    most, per_sm, sms = max_cooperative_blocks(function, threads, shared_mem, context)
+    most, per_sm, sms = max_cooperative_blocks(function, threads, shared_mem, context, limits)
     if blocks > most:
         raise ValueError(
             f"cooperative launch of {name}: grid={grid} is {blocks} blocks, but at most {most} "

@@ -181,7 +181,15 @@ def _cooperative(
     linked: LinkedKernel, grid: Any, block: Any, shared_mem: int, stream: Any, params: Any
 ) -> None:
     launch_cooperative(
-        linked.function, grid, block, shared_mem, stream, params, linked.context, linked.name
+        linked.function,
+        grid,
+        block,
+        shared_mem,
+        stream,
+        params,
+        linked.context,
+        linked.name,
+        linked.cooperative,
     )
 
 
