@@ -209,9 +209,9 @@ def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
             patched.append(glb)
             glb["_saved_launch"], glb["_launch"] = glb["_launch"], stub.launch
             linked = _Linked(resolved)
-            _, front, call, _ = launcher.bound(linked, lookup_tt, k)
+            _, front, host, _ = launcher.bound(linked, lookup_tt, k)
             k._cuda_front = front(world.WORLD[0], where, {}, k, launcher.other)
-            made.append(cuda.HostKernel(call, k, where, lookup_tt, linked))
+            made.append(cuda.HostKernel(host(k, where), k, where, lookup_tt, linked))
         hk, hk0 = made
 
         helper = driver._HelperKernelParams  # what cuLaunchKernel runs on its kernelParams
