@@ -168,6 +168,8 @@ def test_more_specific_method_takes_over_while_an_older_world_runs_the_old_one(q
     assert new_kernel.linked is not old_kernel.linked
     assert invoke_in_world(old_world, cl.clfunction, which, (F32,)).linked is old_kernel.linked
     assert cl.clfunction(which, (F32,)).linked is new_kernel.linked
+    # each call a new HostKernel (nothing but the lookup's result is kept), as documented
+    assert cl.clfunction(which, (F32,)) is not new_kernel
     old_kernel(x, global_size=4)
     assert x.get().tolist() == [1, 1, 1, 1]
 
