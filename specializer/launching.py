@@ -31,14 +31,18 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   (``"clfunction"``).
 - ``lifted`` and ``compiler_kwargs`` (optional): the compiler kwargs ``launch`` takes by name
   (so a launch with them costs what one without does), and all of them, when all are known.
+  A lifted kwarg the caller did not give is :data:`NOTHING` in the launch path and absent
+  from what :meth:`Launcher.key` receives: ``key`` gets the compiler kwargs the caller gave,
+  lifted or not, as one dict.
 - :meth:`Launcher.link` ``(F, tt, key)``: the uncached lookup (usually
   :func:`specializer.kernels.uncached_lookup`; the core has checked that ``F`` is this
   back-end's). Its result, the *linked kernel*, has ``name`` (the kernel's), ``tt`` (the
   method instance's concrete types, captured ones first) and ``bound``, a dict the core fills;
   anything a launch needs of one kernel (a handle, a pool, names for messages) comes from it,
   since the generated code is shared by every kernel of a signature.
-- :meth:`Launcher.resolve` ``(opts)``: the where of a launch and its options with one left to
-  its default filled in; :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
+- :meth:`Launcher.resolve` ``(opts)``: given the launch options alone (in ``options``
+  order, no compiler kwargs), the where of a launch and the options with one left to its
+  default filled in; :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
   lookup; :meth:`Launcher.key` ``(where, kw)``: the lookup key, a tuple, for a where and
   compiler kwargs, comparing by value (it refuses unknown kwargs, naming the launch options
   and the compiler options).
@@ -51,7 +55,14 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   check: :func:`specializer.types.weak_converter` ``(T)`` gives ``convert(value, linked, i)``,
   which raises the core's ``OverflowError`` naming the kernel, the parameter and the type
   (:func:`~specializer.types.weak_range` gives the range, for a back-end that checks inline).
-- ``typeof(value)``, given to its :class:`~specializer.kernels.Definitions`.
+- ``typeof(value)``, given to its :class:`~specializer.kernels.Definitions`: a Python
+  ``int``, ``float`` or ``bool`` to its weak type (``specializer.types.WEAK[type(value)]``),
+  an instance of a subclass of one (an ``IntEnum``) through
+  :func:`specializer.types.weak_type`, asked after the back-end's own types.
+
+The launcher gives the definitions' kernels a slot for its ``front_attr``
+(:meth:`~specializer.kernels.Definitions.kernel_slots`, called by the core when the launcher
+is made: a back-end does not call it).
 
 Template blocks (each rendered at the indentation shown; ``entry.py.j2`` renders them)
 ----------------------------------------------------------------------------------------
