@@ -43,6 +43,9 @@ kernel of its own (the same source), against
 - the launch block by hand: what tests/templates/python_entry.py.j2's ``launch`` block does
   (check the size, call ``fn`` once per work item), written in one function and called as
   ``block(x, b, size=1)``;
+- one frame by hand: a function with ``launch``'s signature that makes the front entry's checks
+  (the where, the task's world, the compiler kwargs, the arguments' count and guards) and then
+  runs the same block: the least a launch with those checks costs in one Python frame;
 
 and ``py.launch(k, x, b, size=1)`` and ``hk = py.function(k, tt)``, then ``hk(x, b, size=1)``.
 The same two columns, each also as the instructions and CPU time above the hand-written block:
