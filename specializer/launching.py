@@ -23,9 +23,11 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   the kernel is this back-end's).
 - ``where_attr`` (optional): the key of the where table in a where's own ``__dict__`` (see
   "Cached state"); ``None`` (the default): each kernel keeps only its newest front entry.
-  :meth:`Launcher.where_table` may be overridden instead. A second launcher over the same
-  definitions (another instance of the class, or a subclass) keeps its entries under both
-  names numbered (``_2``, ``_3``...): two launchers never run each other's entries.
+  :meth:`Launcher.where_table` may be overridden instead (the table it gives must be this
+  launcher's own: CUDA's keeps one per ``front_attr`` in its context key). A second
+  launcher over the same definitions (another instance of the class, or a subclass) keeps
+  its entries under both names numbered (``_2``, ``_3``...), and what the core binds to a
+  linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code.
 - ``V``: the class of the lookup's result (checked on a miss); ``host_class``: the
   :class:`HostKernel` subclass it returns; ``lookup_name``: its lookup's name for messages
   (``"clfunction"``).
@@ -134,14 +136,16 @@ Three levels around a launch, each with one owner (``docs/design.md`` maps every
 
 1. *Front entries* (the kernel's): the generated entry of one lookup, bound to its world,
    where, compiler kwargs (frozen: private copies, compared by value; a value of another
-   mutable type, a ``UserList``, publishes none) and kernel. A kernel keeps its newest under
-   ``front_attr``; each where keeps the newest of each kernel for it in its *where table*
+   mutable type, a ``UserList``, publishes none) and kernel. A kernel keeps each launcher's
+   newest under that launcher's ``front_attr``; each where keeps the newest of each kernel
+   for it in each launcher's *where table*
    (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``), which a
    launch for another where finds and makes the kernel's newest. Invalidated by comparison:
    an entry of another world (compared by value), another where or other kwargs is not used
    (a miss publishes a new one). Lifetime: a where table goes with its where; the only user
-   object kept beyond that is the where of each kernel's newest entry, until the kernel
-   launches elsewhere.
+   object kept beyond that is the where of each kernel's newest entry per launcher, until
+   the kernel launches elsewhere through that launcher. An entry holds its launcher: a
+   launcher lives as long as its definitions' kernels do (back-ends make one, at import).
 2. *The specialized lookup's cell*: ``cached_lookup`` through
    :class:`~specializer.kernels.LookupSite`, four (world, key) entries per (kernel, types),
    compared by world and key value; a key part that is gone (a dropped context) is dropped by
@@ -200,6 +204,8 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
     tt: tuple[type, ...]
     linked: Any
     where: Any
+    #: the process that used the back-end's device (set on the class: Launcher.check_fork)
+    _device_user: ClassVar[int]
 
     def __new__(
         cls, call: Callable[..., Any], f: Any, where: Any, tt: tuple[type, ...], linked: Any
@@ -272,7 +278,6 @@ class Launcher:
         self._check_backend()
         self._own_attrs(definitions)
         self.other = self._make_other()
-        self._user: int | None = None  # the process that used it: a fork may not (check_fork)
         self._misses = 0
         self._misses_lock = new_lock(reentrant=False)
         #: the generated launch path of each signature: code, bound to this launcher's globals
@@ -450,12 +455,15 @@ class Launcher:
         (``host(f, where)``), and what
         the `where` block gives for given launch options."""
         instance = not isinstance(F, Kernel)
-        b = linked.bound.get((tt, instance))
+        # keyed on this launcher too: what it holds calls this launcher's miss and reads its
+        # globals (a linked kernel is shared by the launchers over one definitions)
+        ident = (self.front_attr, tt, instance)
+        b = linked.bound.get(ident)
         if b is None:
             captured = _captured(F)
             factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
             b = linked.bound.setdefault(
-                (tt, instance), factory(linked, self.miss, self.mismatch, self.unknown)
+                ident, factory(linked, self.miss, self.mismatch, self.unknown)
             )
         bound: tuple[Callable[..., Any], ...] = b
         return bound
@@ -643,7 +651,7 @@ class Launcher:
         after all (a numpy scalar subclass, an equal dtype), else say which types it takes."""
         F = self.definitions.kernel_type(f)
         tt = self.argtypes(args, F)
-        b = linked.bound.get((tt, F is not f))
+        b = linked.bound.get((self.front_attr, tt, F is not f))
         if b is not None:
             return b[0](args if F is f else f.values + args, *opts)
         raise TypeError(
@@ -672,13 +680,17 @@ class Launcher:
         fork of the process that did (SPEC 9): the back-end's one record of device use. The
         core calls it on a miss and a lookup (a fork has a world of its own, so its front
         entries miss), a back-end from each of its queue, context and array helpers. A fork
-        of a process that never used the device may, and is then the one that uses it."""
+        of a process that never used the device may, and is then the one that uses it. The
+        record is the ``host_class``'s (its ``_device_user``), which a fork's child patches:
+        launchers of one back-end (one HostKernel class) share it, as they share the device."""
         pid = os.getpid()
-        if self._user is None:
-            self._user = pid
+        cls = self.host_class
+        user = cls.__dict__.get("_device_user")  # this class's own, not a base class's
+        if user is None:
+            cls._device_user = pid
             if hasattr(os, "register_at_fork"):  # (twice if two threads get here: harmless)
                 os.register_at_fork(after_in_child=self._refuse_host_kernels)
-        elif self._user != pid:
+        elif user != pid:
             _world.check_fork(f"specializer's {self.name} back-end")
 
     def _refuse_host_kernels(self) -> None:
@@ -686,8 +698,8 @@ class Launcher:
         call (which checks nothing) now raises the fork error. Until then the class has no
         ``__call__``: CPython calls it as a partial, and no check costs a call anything
         (3.12 and later drop the vectorcall path of a class whose ``__call__`` is set).
-        TODO: a ``host_class`` shared by two back-ends would refuse the other's HostKernels
-        too; each back-end here has its own."""
+        A ``host_class`` shared by two back-ends would share their record too: each back-end
+        here has its own."""
         check = self.check_fork
 
         def call_in_fork(hk: HostKernel, *args: Any, **kwargs: Any) -> Any:

@@ -147,6 +147,23 @@ def test_a_host_kernel_made_before_a_fork_refuses_another_queue_in_the_child():
 
 
 @pytest.mark.slow
+def test_a_second_launcher_of_a_used_back_end_refuses_in_the_child_as_the_first_does():
+    # the record of device use is the back-end's HostKernel class's, which the child's
+    # HostKernels check: a second launcher of the same back-end agrees with it
+    pytest.importorskip("pyopencl")
+    setup = (
+        USED_A_QUEUE
+        + """
+from specializer.backends.opencl import _launcher, _definitions
+second = type(_launcher)(_definitions)
+cl.launch(fill_fork, x, np.float32(1), global_size=4)
+"""
+    )
+    assert_fork_error(forked(setup, "second.launch(fill_fork, x, np.float32(2), global_size=4)"))
+    assert_fork_error(forked(setup, "second.function(fill_fork, TT, None, {})"))
+
+
+@pytest.mark.slow
 def test_the_first_launch_in_a_child_of_a_process_that_only_made_a_queue_is_refused():
     pytest.importorskip("pyopencl")
     child = """

@@ -493,3 +493,48 @@ def test_two_launchers_over_the_same_definitions_run_their_own_entries():
     assert x.tolist() == [len(DEFAULT_CONTEXT), 3]
     assert third.front_attr == "_pybackend_items_front_3"
     assert first.misses == 1 and third.misses == 1
+
+
+def test_two_launchers_on_one_context_each_bind_their_own_code_to_a_linked_kernel():
+    # both launchers look the kernel up in one context: one linked kernel (the compiled-code
+    # cache's), to which each binds its own launch paths (its miss, its default context)
+    from pybackend import DEFAULT_CONTEXT, PyLauncher, items_typeof, py
+
+    defs = Definitions(items_typeof, "one context")
+    first, second = PyLauncher(defs, py.backend), PyLauncher(defs, py.backend)
+    second.default[0] = "S"
+    F32 = py.Array[np.float32]
+
+    @defs.kernel(localns=locals())
+    def where_now(x: F32) -> str:
+        return "def where_now(i, x): x[i] = len(context)"
+
+    x = np.zeros(1, np.float32)
+    first.launch(where_now, x, size=1, context="C")
+    for _ in range(3):
+        second.launch(where_now, x, size=1, context="C")  # the same linked kernel
+    assert (first.misses, second.misses) == (1, 1) and x.tolist() == [1]
+    second.launch(where_now, x, size=1)  # second's default context, "S", by its own code
+    assert x.tolist() == [len("S")] and (first.misses, second.misses) == (1, 2)
+    first.launch(where_now, x, size=1)  # first's, by its own
+    assert x.tolist() == [len(DEFAULT_CONTEXT)] and (first.misses, second.misses) == (2, 2)
+
+
+def test_the_cuda_launchers_keep_where_tables_of_their_own():
+    # CUDA's where is a context key without a __dict__: its where_table is the key's,
+    # one per launcher, so a second launcher's entries never land in the first's table
+    pytest.importorskip("cuda.bindings")
+    from specializer.backends.cuda import _driver, _launch
+
+    class Ctx:  # stands for a context: the key holds it weakly
+        pass
+
+    ctx = Ctx()
+    where = (_driver.ContextKey(ctx), ())
+    first = _launch._launcher
+    second = type(first)(_launch._definitions)
+    assert second.front_attr.startswith(first.front_attr + "_")
+    assert first.where_table(where, False) is None
+    t1, t2 = first.where_table(where), second.where_table(where)
+    assert isinstance(t1, dict) and isinstance(t2, dict) and t1 is not t2
+    assert first.where_table(where) is t1 and second.where_table(where, False) is t2

@@ -223,7 +223,7 @@ def _forget(token: ContextKey) -> None:
     launching.forget(token)
     for hook in on_forget:
         hook(token)  # the modules loaded into it (_compiler's)
-    token.table.clear()  # the front entries of its kernels
+    token.table.clear()  # each launcher's table of its kernels' front entries
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:

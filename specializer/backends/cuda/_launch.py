@@ -277,10 +277,16 @@ class _CUDALauncher(launching.Launcher):
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
         # A where is a context's key, (token, ()): a tuple, without a __dict__ for the
-        # core's default; its table is the token's (it lives as long as the context's
-        # caches and is emptied when the context is gone).
+        # core's default; its table is this launcher's in the token's tables (they live as
+        # long as the context's caches and are emptied when the context is gone).
         token = where[0] if where.__class__ is tuple and where else None
-        return token.table if token.__class__ is ContextKey else None
+        if token.__class__ is not ContextKey:
+            return None
+        tables = token.table
+        table: dict[Any, Any] | None = tables.get(self.front_attr)
+        if table is None and make:
+            table = tables.setdefault(self.front_attr, {})
+        return table
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
