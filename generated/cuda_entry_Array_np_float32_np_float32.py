@@ -38,11 +38,12 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             _failed(err, linked, grid, block, shared_mem)
 
 
-    def front(_w, _where, _kw, _F, _other):
+    def front(_w, _where, _kw, _F, _other, _next):
         # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
         # kernel instance type) of the lookup it holds. Another where goes to the kernel's
         # entry for that where (_other(F, where): its newest there, or None), which checks
-        # everything again; anything else is a miss.
+        # everything again; arguments of other types go to _next, the entry of the same
+        # world, where and kwargs this one replaced (None: none); anything else is a miss.
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
             if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
@@ -54,8 +55,12 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             try:
                 a0, a1, = args
             except ValueError:
+                if _next is not None:
+                    return _next(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
+                if _next is not None:  # (from the arguments: a guard may rebind one)
+                    return _next(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if grid.__class__ is int and grid > 0:
                 gx, gy, gz = grid, 1, 1

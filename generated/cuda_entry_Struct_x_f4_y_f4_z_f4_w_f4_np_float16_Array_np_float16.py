@@ -40,11 +40,12 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             _failed(err, linked, grid, block, shared_mem)
 
 
-    def front(_w, _where, _kw, _F, _other):
+    def front(_w, _where, _kw, _F, _other, _next):
         # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
         # kernel instance type) of the lookup it holds. Another where goes to the kernel's
         # entry for that where (_other(F, where): its newest there, or None), which checks
-        # everything again; anything else is a miss.
+        # everything again; arguments of other types go to _next, the entry of the same
+        # world, where and kwargs this one replaced (None: none); anything else is a miss.
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
             if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
@@ -56,8 +57,12 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
             try:
                 a0, a1, a2, = args
             except ValueError:
+                if _next is not None:
+                    return _next(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and a0.size == 1) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 and (a2 := a2.ptr) is not None or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):
+                if _next is not None:  # (from the arguments: a guard may rebind one)
+                    return _next(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if grid.__class__ is int and grid > 0:
                 gx, gy, gz = grid, 1, 1

@@ -45,11 +45,12 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             _give(k)
 
 
-    def front(_w, _where, _kw, _F, _other, _options):
+    def front(_w, _where, _kw, _F, _other, _next, _options):
         # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
         # kernel instance type) of the lookup it holds. Another where goes to the kernel's
         # entry for that where (_other(F, where): its newest there, or None), which checks
-        # everything again; anything else is a miss.
+        # everything again; arguments of other types go to _next, the entry of the same
+        # world, where and kwargs this one replaced (None: none); anything else is a miss.
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
@@ -62,8 +63,12 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
             try:
                 a0, a1, = args
             except ValueError:
+                if _next is not None:
+                    return _next(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a0.__class__ is _C0 and (a0.dtype is _D0 or a0.dtype == _D0) and a1.__class__ is _C1):
+                if _next is not None:  # (from the arguments: a guard may rebind one)
+                    return _next(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             try:
                 k = _take()

@@ -140,9 +140,12 @@ Three levels around a launch, each with one owner (``docs/design.md`` maps every
    newest under that launcher's ``front_attr``; each where keeps the newest of each kernel
    for it in each launcher's *where table*
    (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``), which a
-   launch for another where finds and makes the kernel's newest. Invalidated by comparison:
-   an entry of another world (compared by value), another where or other kwargs is not used
-   (a miss publishes a new one). Lifetime: a where table goes with its where; the only user
+   launch for another where finds and makes the kernel's newest. Arguments of other types go
+   to the entry the newest replaced for the same world, where and kwargs (its ``_next``), up
+   to :data:`CHAIN` entries in all, so a kernel launched with a few argument types in turn
+   keeps hitting. Invalidated by comparison: an entry of another world (compared by value),
+   another where or other kwargs is not used (a miss publishes a new one, chained to none
+   of them). Lifetime: a where table goes with its where; the only user
    object kept beyond that is the where of each kernel's newest entry per launcher, until
    the kernel launches elsewhere through that launcher. An entry holds its launcher: a
    launcher lives as long as its definitions' kernels do (back-ends make one, at import).
@@ -231,6 +234,9 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
 _ATTRS_LOCK = new_lock(reentrant=False)
 #: the defaults a launch option may have
 _DEFAULTS = ("required", "none", "zero", "false")
+#: front entries a launch tries, for one kernel, world, where and compiler kwargs, before a
+#: miss: a kernel launched with arguments of up to this many types in turn does not miss
+CHAIN = 4
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 
@@ -602,16 +608,26 @@ class Launcher:
             kw = _frozen(kw)
             if kw is NOTHING:  # a value of a type that may change in place: no entry
                 return
-            lifted = [kw.pop(k, NOTHING) for k in self.lifted]
-            entry = front(w, where, kw, F, self.other, *lifted)
+            lifted = tuple(kw.pop(k, NOTHING) for k in self.lifted)
+            table = self.where_table(where)
+            # The entry this one replaces for the same world, where and kwargs (arguments of
+            # other types) comes next, up to CHAIN entries: alternating types do not miss.
+            prev = table.get(F) if table is not None else getattr(F, self.front_attr, None)
+            prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
+            made = getattr(prev, "chain", None)
+            depth = 0
+            if made is not None and made[1] is where and made[0] == w and made[2:4] == (kw, lifted):
+                depth = made[4] + 1
+            if depth == 0 or depth >= CHAIN:
+                prev, depth = None, 0
+            entry = front(w, where, kw, F, self.other, prev, *lifted)
+            entry.chain = (w, where, kw, lifted, depth)  # what the next publication compares
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
-            if not isinstance(F, Kernel):
-                entry = staticmethod(entry)  # callable too
-            table = self.where_table(where)
+            held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
             if table is not None:  # kept by the where itself: gone with it
-                table[F] = entry
-            setattr(F, self.front_attr, entry)
+                table[F] = held
+            setattr(F, self.front_attr, held)
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
         """The *where table* of ``where``: what the core keeps for one where (a kernel's front

@@ -2185,7 +2185,7 @@ class Published:
         self.misses = []
         self.local, self.where = local, (object(), ())
         _, front, self.call, _ = self.factory(Fun(resolved), self.miss, self.mismatch, None)
-        self.entry = front(world.WORLD[0], self.where, {}, fill, launcher.other)
+        self.entry = front(world.WORLD[0], self.where, {}, fill, launcher.other, None)
 
     def miss(self, f, args, opts, kw):
         self.misses.append(args)

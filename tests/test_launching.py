@@ -538,3 +538,82 @@ def test_the_cuda_launchers_keep_where_tables_of_their_own():
     t1, t2 = first.where_table(where), second.where_table(where)
     assert isinstance(t1, dict) and isinstance(t2, dict) and t1 is not t2
     assert first.where_table(where) is t1 and second.where_table(where, False) is t2
+
+
+def test_launches_that_alternate_argument_types_hit_after_each_types_first():
+    # a kernel's entry for one world, where and kwargs is chained to the ones it replaced
+    # (up to launching.CHAIN): up to CHAIN argument types in turn never miss again
+    from pybackend import py
+
+    from specializer.launching import CHAIN
+
+    types = [np.float32, np.float64, np.int32, np.int64, np.int16][: CHAIN + 1]
+
+    @py.kernel(localns=locals())
+    def turn(x: py.Array[np.generic]) -> str:
+        return "def turn(i, x): x[i] += 1"
+
+    arrays = [np.zeros(2, t) for t in types]
+    before = py.launcher.misses
+    for _ in range(5):
+        for a in arrays[:CHAIN]:
+            py.launch(turn, a, size=2)
+    assert py.launcher.misses == before + CHAIN
+    assert all(a.tolist() == [5, 5] for a in arrays[:CHAIN])
+    # one type more than the chain holds: each launch misses (and still runs the right code)
+    before = py.launcher.misses
+    for _ in range(2):
+        for a in arrays:
+            py.launch(turn, a, size=2)
+    assert py.launcher.misses - before >= len(arrays)
+    assert all(a.tolist() == [7, 7] for a in arrays[:CHAIN]) and arrays[-1].tolist() == [2, 2]
+
+
+def test_a_chain_of_entries_never_runs_code_of_an_older_world_or_another_where():
+    from pybackend import DEFAULT_CONTEXT, py
+
+    F32, F64 = py.Array[np.float32], py.Array[np.float64]
+
+    @py.kernel(localns=locals())
+    def stamp(x: F32) -> str:
+        return "def stamp(i, x): x[i] = len(context)"
+
+    @py.kernel(localns=locals())
+    def stamp(x: F64) -> str:
+        return "def stamp(i, x): x[i] = 100 + len(context)"
+
+    x, y = np.zeros(1, np.float32), np.zeros(1, np.float64)
+    for _ in range(2):
+        py.launch(stamp, x, size=1)
+        py.launch(stamp, y, size=1)
+    n = len(DEFAULT_CONTEXT)
+    assert (x[0], y[0]) == (n, 100 + n)
+
+    @py.kernel(localns=locals())
+    def stamp(x: F64) -> str:  # redefined: a new world
+        return "def stamp(i, x): x[i] = 200 + len(context)"
+
+    py.launch(stamp, x, size=1)  # the newest entry (float64, old world) misses
+    py.launch(stamp, y, size=1)  # not through a chain to the old world's float64 entry
+    assert (x[0], y[0]) == (n, 200 + n)
+    py.launch(stamp, y, size=1, context="other")  # another where: its own code
+    assert y[0] == 200 + len("other")
+    py.launch(stamp, x, size=1)
+    assert x[0] == n
+
+
+def test_alternating_types_on_a_kernel_instance_hit_too():
+    from pybackend import py
+
+    @py.kernel(localns=locals())
+    def add_to(out: py.Array[np.float64], x: py.Array[np.generic]) -> str:
+        return "def add_to(i, out, x): out[i] += x[i]"
+
+    out = np.zeros(2)
+    inst = add_to.capture(out)
+    a, b = np.ones(2, np.float32), np.full(2, 2, np.int32)
+    before = py.launcher.misses
+    for _ in range(4):
+        py.launch(inst, a, size=2)
+        py.launch(inst, b, size=2)
+    assert py.launcher.misses == before + 2 and out.tolist() == [12, 12]
