@@ -28,6 +28,8 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   launcher over the same definitions (another instance of the class, or a subclass) keeps
   its entries under both names numbered (``_2``, ``_3``...), and what the core binds to a
   linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code.
+  They share the cached lookup's results where their ``link`` is the same function (its
+  code is the call site): a subclass whose results differ must say how in its ``key``.
 - ``V``: the class of the lookup's result (checked on a miss); ``host_class``: the
   :class:`HostKernel` subclass it returns; ``lookup_name``: its lookup's name for messages
   (``"clfunction"``).
