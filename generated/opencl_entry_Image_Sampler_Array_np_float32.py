@@ -36,6 +36,8 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 k[5] = _nothing
                 k[0](2, a2.base_data)
                 k[5] = _ref(a2)
+            if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
+                return _enqueue(queue, k[2], global_size, local_size)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -52,25 +54,32 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
         # entry for that where (_other(F, where): its newest there, or None), which checks
         # everything again; arguments of other types go to _next, the entry of the same
         # world, where and kwargs this one replaced (None: none); anything else is a miss.
+        # What only those paths use is one tuple, _cold: CPython copies each variable a
+        # closure reads into its frame on every call.
+        _cold = (miss, _other, _F, _next)
+
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
             if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options:
+                miss_, other_, F_, _ = _cold
                 if queue is not _where:  # the kernel's entry for that where, if it has one
-                    e = _other(_F, queue)
+                    e = other_(F_, queue)
                     if e is not None:
                         return e(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
-                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
+                return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             try:
                 a0, a1, a2, = args
             except ValueError:
-                if _next is not None:
-                    return _next(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
-                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):
-                if _next is not None:  # (from the arguments: a guard may rebind one)
-                    return _next(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
-                return miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
+                miss_, _, _, next_ = _cold
+                if next_ is not None:
+                    return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
+                return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
+            if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):  # (args, not a guard's rebinding of an argument)
+                miss_, _, _, next_ = _cold
+                if next_ is not None:
+                    return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
+                return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             try:
                 k = _take()
             except IndexError:
@@ -98,6 +107,8 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                     k[5] = _nothing
                     k[0](2, a2.base_data)
                     k[5] = _ref(a2)
+                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
+                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -154,6 +165,8 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                     k[5] = _nothing
                     k[0](2, a2.base_data)
                     k[5] = _ref(a2)
+                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
+                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)

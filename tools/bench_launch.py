@@ -43,6 +43,8 @@ kernel of its own (the same source), against
 - the launch block by hand: what tests/templates/python_entry.py.j2's ``launch`` block does
   (check the size, call ``fn`` once per work item), written in one function and called as
   ``block(x, b, size=1)``;
+- ``py.launch`` alternating a float32 and a float64 array (with a scalar of each) on one
+  kernel with a method for each: its front entries chain, so neither misses;
 - one frame by hand: a function with ``launch``'s signature that makes the front entry's checks
   (the where, the task's world, the compiler kwargs, the arguments' count and guards) and then
   runs the same block: the least a launch with those checks costs in one Python frame;
@@ -385,11 +387,14 @@ PY_BAR = 1_000  # instructions of `launch` above the hand-written block, on 3.11
 PY_SOURCE = "# {tag}\ncalls = 0\ndef k(i, a, b):\n    global calls\n    calls += 1\n"
 BY_HAND = "by hand"
 ONE_FRAME = "one frame"
+ALTERNATING = "alternating"
 PY_ROWS = {
     "floor": "floor: the compiled function, `fn(0, x, b)`",
     BY_HAND: "the `launch` block of python_entry.py.j2 by hand, `block(x, b, size=1)`",
     ONE_FRAME: "one function by hand: a front entry's checks, then the block, called as `launch`",
     "launch": "`py.launch(k, x, b, size=1)`",
+    ALTERNATING: "`py.launch` with a float32 and a float64 array (and scalar) in turn, "
+    "one kernel with a method for each",
     "hostkernel": "`hk = py.function(k, tt)`, then `hk(x, b, size=1)`",
     EMPTY: "empty loop, subtracted from every row above",
 }
@@ -454,6 +459,34 @@ def _py_setup() -> dict[str, Variant]:
             launch(k_launch, x_launch, b, size=PY_SIZE)
 
     variants["launch"] = Variant(launch_loop, calls, PY_SIZE)
+
+    def alternating_kernel():
+        def k(a: py.Array[np.float32], b: np.float32) -> str:
+            return PY_SOURCE.format(tag="alternating float32")
+
+        k = py.kernel(k, localns={"py": py})
+
+        def k(a: py.Array[np.float64], b: np.float64) -> str:  # a second method
+            return PY_SOURCE.format(tag="alternating float64")
+
+        k = py.kernel(k, localns={"py": py})
+        args = ((np.zeros(1, np.float32), b), (np.zeros(1, np.float64), np.float64(1)))
+        fns = []
+        for x, v in args:
+            launch(k, x, v, size=PY_SIZE)  # compile and link each
+            fn = py.function(k, (py.Array[x.dtype.type], type(v))).linked.fn
+            fn.__globals__["calls"] = 0
+            fns.append(fn)
+        return k, args, lambda: sum(fn.__globals__["calls"] for fn in fns)
+
+    k_alt, ((x32, b32), (x64, b64)), calls = alternating_kernel()
+
+    def alternating_loop(n):
+        for _ in range(n // 2):
+            launch(k_alt, x32, b32, size=PY_SIZE)
+            launch(k_alt, x64, b64, size=PY_SIZE)
+
+    variants[ALTERNATING] = Variant(alternating_loop, calls, PY_SIZE)
 
     k_hk, x_hk, _, calls = kernel("hostkernel")
     hk = py.function(k_hk, tt)
