@@ -35,8 +35,6 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                 k[4] = _nothing
                 k[1](1, a1)
                 k[4] = a1
-            if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                return _enqueue(queue, k[2], global_size, local_size)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             error = _failed(linked, (a0, a1, ), e, global_size, local_size)
@@ -105,8 +103,6 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                     k[4] = _nothing
                     k[1](1, a1)
                     k[4] = a1
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, ), e, global_size, local_size)
@@ -162,8 +158,6 @@ def opencl_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
                     k[4] = _nothing
                     k[1](1, a1)
                     k[4] = a1
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, ), e, global_size, local_size)

@@ -34,8 +34,6 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 k[5] = _nothing
                 k[1](2, _pack2(a2))
                 k[5] = a2
-            if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                return _enqueue(queue, k[2], global_size, local_size)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -103,8 +101,6 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     k[5] = _nothing
                     k[1](2, _pack2(a2))
                     k[5] = a2
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -159,8 +155,6 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     k[5] = _nothing
                     k[1](2, _pack2(a2))
                     k[5] = a2
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)

@@ -32,8 +32,6 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                 k[4] = _nothing
                 k[0](1, a1.base_data)
                 k[4] = _ref(a1)
-            if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                return _enqueue(queue, k[2], global_size, local_size)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             error = _failed(linked, (a0, a1, ), e, global_size, local_size)
@@ -99,8 +97,6 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                     k[4] = _nothing
                     k[0](1, a1.base_data)
                     k[4] = _ref(a1)
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, ), e, global_size, local_size)
@@ -153,8 +149,6 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
                     k[4] = _nothing
                     k[0](1, a1.base_data)
                     k[4] = _ref(a1)
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, ), e, global_size, local_size)

@@ -41,8 +41,6 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 k[5] = _nothing
                 k[0](2, a2.base_data)
                 k[5] = _ref(a2)
-            if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                return _enqueue(queue, k[2], global_size, local_size)
             return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -118,8 +116,6 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                     k[5] = _nothing
                     k[0](2, a2.base_data)
                     k[5] = _ref(a2)
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
@@ -182,8 +178,6 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                     k[5] = _nothing
                     k[0](2, a2.base_data)
                     k[5] = _ref(a2)
-                if global_offset is None and wait_for is None:  # pyopencl's defaults: 2 fewer to convert
-                    return _enqueue(queue, k[2], global_size, local_size)
                 return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
                 error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
