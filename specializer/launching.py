@@ -24,7 +24,8 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
 - ``where_attr`` (optional): the key of the where table in a where's own ``__dict__`` (see
   "Cached state"); ``None`` (the default): each kernel keeps only its newest front entry.
   :meth:`Launcher.where_table` may be overridden instead (the table it gives must be this
-  launcher's own: CUDA's keeps one per ``front_attr`` in its context key). A second
+  launcher's own: CUDA's keeps one per ``front_attr`` in its context key, with
+  :func:`table_in`). A second
   launcher over the same definitions (another instance of the class, or a subclass) keeps
   its entries under both names numbered (``_2``, ``_3``...), and what the core binds to a
   linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code.
@@ -184,7 +185,7 @@ from .lookup import forget_key
 from .methods import MethodError
 from .types import WEAK, DeviceArray, Struct, type_name
 
-__all__ = ["NOTHING", "HostKernel", "Launcher", "forget", "signature"]
+__all__ = ["NOTHING", "HostKernel", "Launcher", "forget", "signature", "table_in"]
 
 
 def signature(name: str, tt: Iterable[type]) -> str:
@@ -640,12 +641,7 @@ class Launcher:
         this with a table that lives exactly as long as the where."""
         name = self.where_attr
         d = None if name is None else getattr(where, "__dict__", None)
-        if d is None:
-            return None
-        table = d.get(name)
-        if table is None and make:
-            table = d.setdefault(name, {})
-        return table if isinstance(table, dict) else None
+        return None if d is None or name is None else table_in(d, name, make)
 
     def _make_other(self) -> Callable[[Any, Any], Any]:
         """``other(F, where)``: the front entry ``F`` was published for ``where`` (not its
@@ -749,6 +745,16 @@ class Launcher:
     def resolve_where(self, where_opt: Any) -> Any:
         """The where a lookup given ``where_opt`` (None: the default) is for."""
         raise NotImplementedError
+
+
+def table_in(tables: dict[Any, Any], name: str, make: bool) -> dict[Any, Any] | None:
+    """The where table ``name`` in ``tables`` (a dict its where owns: its ``__dict__``, or what
+    a back-end keeps for it), made on first use when ``make`` is true; None if there is none
+    (or something else stands under that name)."""
+    table = tables.get(name)
+    if table is None and make:
+        table = tables.setdefault(name, {})
+    return table if isinstance(table, dict) else None
 
 
 def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:

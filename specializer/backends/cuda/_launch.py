@@ -282,11 +282,7 @@ class _CUDALauncher(launching.Launcher):
         token = where[0] if where.__class__ is tuple and where else None
         if token.__class__ is not ContextKey:
             return None
-        tables = token.table
-        table: dict[Any, Any] | None = tables.get(self.front_attr)
-        if table is None and make:
-            table = tables.setdefault(self.front_attr, {})
-        return table
+        return launching.table_in(token.table, self.front_attr, make)
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
