@@ -73,6 +73,15 @@ def _scalar_type(t: Any) -> type[np.generic]:
     )
 
 
+def _canonical(t: type[np.generic]) -> type[np.generic]:
+    """The one scalar type of ``t``'s dtype: numpy has two classes for some equal dtypes
+    (``np.longlong`` and ``np.int64`` on Linux, ``np.ulonglong`` and ``np.uint64``), and an
+    array's type must not depend on which spelling came first (SPEC 8)."""
+    if t not in _CONCRETE_SCALARS:  # np.floating, ...: an abstract type is its own
+        return t
+    return cast("type[np.generic]", np.dtype(np.dtype(t).str).type)
+
+
 def _whole_dtype(t: Any) -> np.dtype | None:
     """``t`` as a dtype where the scalar type alone would lose what it is: a structured or
     other void dtype (its fields and layout). ``None`` for a dtype its scalar type names."""
@@ -109,6 +118,10 @@ class _ArrayMeta(type):
         cached = family._interned.get(t)
         if cached is not None:
             return cached
+        if whole is None and _canonical(t) is not t:  # np.longlong: np.int64's class
+            cached = family[_canonical(t)]
+            with _intern_lock():
+                return family._interned.setdefault(t, cached)
         with _intern_lock():
             cached = family._interned.get(t)
             if cached is not None:
