@@ -380,19 +380,32 @@ def resolve_weak(t: type, declared: type) -> type:
 def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
     """The range a Python ``int`` or ``float`` must be in to become a value of numpy type
     ``t`` (what a weak argument resolved to) without wrapping or turning into an infinity:
-    ``iinfo(t)`` for an integer type, ``-finfo(t).max`` to ``finfo(t).max`` for a float type
-    narrower than a Python float; None where every value fits (``np.float64``, ``np.bool_``,
-    a type that is neither). An infinity or a NaN is a value of every float type: it is never
-    out of range."""
+    ``iinfo(t)`` for an integer type; for a float type narrower than a Python float, every
+    float that rounds to a finite value of ``t`` (SPEC 8: numpy's printed ``finfo(t).max``,
+    ``3.4028235e38`` for ``np.float32``, is in range, as it is for ``struct``'s packing);
+    None where every value fits (``np.float64``, ``np.bool_``, a type that is neither). An
+    infinity or a NaN is a value of every float type: it is never out of range."""
     if not isinstance(t, type):
         return None
     if issubclass(t, np.integer):
         ii = np.iinfo(t)
         return int(ii.min), int(ii.max)
     if issubclass(t, np.floating):
-        big = float(np.finfo(t).max)  # inf for a type wider than float64 (np.longdouble)
-        return None if big >= sys.float_info.max else (-big, big)
+        return _finite_range(t)
     return None
+
+
+def _finite_range(t: type) -> tuple[float, float] | None:
+    """The Python floats that round to a finite value of float type ``t`` (to nearest, ties
+    to even): those below ``max`` plus half an ulp of it. ``max``'s last mantissa bit is odd
+    (all its bits are set), so that tie itself rounds to an infinity: the bound is the float
+    just below it, exact in a Python float for every type narrower than one."""
+    big = np.finfo(cast(Any, t)).max  # inf for a type wider than float64 (np.longdouble)
+    if float(big) >= sys.float_info.max:
+        return None
+    tie = float(big) + float(big - np.nextafter(big, t(0))) / 2  # exact: a few bits wide
+    hi = float(np.nextafter(tie, 0.0))
+    return -hi, hi
 
 
 def describe_parameter(linked: Any, i: int) -> str:
