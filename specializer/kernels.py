@@ -215,13 +215,26 @@ def code_of(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> Any:
 _Key = tuple[str, str, type, frozenset[int]]
 
 
+def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The function ``fn`` wraps (``__wrapped__``, as ``functools.wraps`` sets it, followed to
+    the end): a definition through a wrapping decorator is keyed by the ``def`` itself, not by
+    the wrapper's closure, which is new on every decoration."""
+    try:
+        inner: Callable[..., Any] = inspect.unwrap(fn)
+    except ValueError:  # a cycle of __wrapped__: the function as it is
+        return fn
+    return inner
+
+
 class Definitions:
     """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions.
 
     ``@kernel`` defines a generic kernel, or adds a method to the one of that module and
     qualified name; running a ``def`` again with the same signature replaces the method. A
     closure (a ``def`` using variables of the function running it) is keyed by its closure
-    cells too: each run of a kernel factory gives its own kernel, held weakly here.
+    cells too: each run of a kernel factory gives its own kernel, held weakly here. A ``def``
+    passed through a wrapping decorator (``functools.wraps``) is keyed by the ``def`` (its
+    ``__wrapped__``), not by the wrapper, whose closure is new on every decoration.
     """
 
     def __init__(
@@ -273,9 +286,10 @@ class Definitions:
                 why = self._unmatchable(t)
                 if why is not None:
                     raise TypeError(f"parameter {param!r} of kernel {name} is annotated {why}")
-        module = getattr(fn, "__module__", None) or ""
-        qualname = getattr(fn, "__qualname__", name)
-        cells = getattr(fn, "__closure__", None) or ()
+        inner = _unwrapped(fn)  # a wrapping decorator's product is the def it wraps (SPEC 7)
+        module = getattr(inner, "__module__", None) or ""
+        qualname = getattr(inner, "__qualname__", name)
+        cells = getattr(inner, "__closure__", None) or ()
         key = (module, qualname, cls, frozenset(map(id, cells)))
         table: MutableMapping[_Key, GenericFunction] = self._closure_table if cells else self._table
         with self._lock():

@@ -73,6 +73,15 @@ def _scalar_type(t: Any) -> type[np.generic]:
     )
 
 
+def _canonical(t: type[np.generic]) -> type[np.generic]:
+    """The one scalar type of ``t``'s dtype: numpy has two classes for some equal dtypes
+    (``np.longlong`` and ``np.int64`` on Linux, ``np.ulonglong`` and ``np.uint64``), and an
+    array's type must not depend on which spelling came first (SPEC 8)."""
+    if t not in _CONCRETE_SCALARS:  # np.floating, ...: an abstract type is its own
+        return t
+    return cast("type[np.generic]", np.dtype(np.dtype(t).str).type)
+
+
 def _whole_dtype(t: Any) -> np.dtype | None:
     """``t`` as a dtype where the scalar type alone would lose what it is: a structured or
     other void dtype (its fields and layout). ``None`` for a dtype its scalar type names."""
@@ -109,6 +118,10 @@ class _ArrayMeta(type):
         cached = family._interned.get(t)
         if cached is not None:
             return cached
+        if whole is None and _canonical(t) is not t:  # np.longlong: np.int64's class
+            cached = family[_canonical(t)]
+            with _intern_lock():
+                return family._interned.setdefault(t, cached)
         with _intern_lock():
             cached = family._interned.get(t)
             if cached is not None:
@@ -367,19 +380,32 @@ def resolve_weak(t: type, declared: type) -> type:
 def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
     """The range a Python ``int`` or ``float`` must be in to become a value of numpy type
     ``t`` (what a weak argument resolved to) without wrapping or turning into an infinity:
-    ``iinfo(t)`` for an integer type, ``-finfo(t).max`` to ``finfo(t).max`` for a float type
-    narrower than a Python float; None where every value fits (``np.float64``, ``np.bool_``,
-    a type that is neither). An infinity or a NaN is a value of every float type: it is never
-    out of range."""
+    ``iinfo(t)`` for an integer type; for a float type narrower than a Python float, every
+    float that rounds to a finite value of ``t`` (SPEC 8: numpy's printed ``finfo(t).max``,
+    ``3.4028235e38`` for ``np.float32``, is in range, as it is for ``struct``'s packing);
+    None where every value fits (``np.float64``, ``np.bool_``, a type that is neither). An
+    infinity or a NaN is a value of every float type: it is never out of range."""
     if not isinstance(t, type):
         return None
     if issubclass(t, np.integer):
         ii = np.iinfo(t)
         return int(ii.min), int(ii.max)
     if issubclass(t, np.floating):
-        big = float(np.finfo(t).max)  # inf for a type wider than float64 (np.longdouble)
-        return None if big >= sys.float_info.max else (-big, big)
+        return _finite_range(t)
     return None
+
+
+def _finite_range(t: type) -> tuple[float, float] | None:
+    """The Python floats that round to a finite value of float type ``t`` (to nearest, ties
+    to even): those below ``max`` plus half an ulp of it. ``max``'s last mantissa bit is odd
+    (all its bits are set), so that tie itself rounds to an infinity: the bound is the float
+    just below it, exact in a Python float for every type narrower than one."""
+    big = np.finfo(cast(Any, t)).max  # inf for a type wider than float64 (np.longdouble)
+    if float(big) >= sys.float_info.max:
+        return None
+    tie = float(big) + float(big - np.nextafter(big, t(0))) / 2  # exact: a few bits wide
+    hi = float(np.nextafter(tie, 0.0))
+    return -hi, hi
 
 
 def describe_parameter(linked: Any, i: int) -> str:

@@ -177,7 +177,7 @@ NO_HOME = textwrap.dedent("""
 
         assert cached_lookup(lambda: 1, int, GenericFunction("homeless"), (), "key") == 1
         assert diskcache.cache_dir("templates") is None and diskcache.cache_dir("cuda") is None
-    print(json.dumps([str(w.message) for w in caught if "specializer" in str(w.message)]))
+    print(json.dumps([str(w.message) for w in caught]))
 """)
 
 
@@ -202,14 +202,16 @@ def _others_can_import_the_package() -> bool:
 
 
 def test_no_home_directory_means_no_disk_cache_and_one_warning(tmp_path):
+    """No home and (run as root) no passwd entry: the kernels build and run, with pyopencl's
+    own caches off too (they need a home: each pyopencl.Kernel would raise), and the one
+    warning of the whole run is the library's."""
     real = os.geteuid() == 0 and _others_can_import_the_package()
     uid = _uid_without_passwd_entry() if real else -1
     out = _run(
         NO_HOME,
         uid,
         LAUNCH,
-        env={"PYOPENCL_NO_CACHE": "1"},  # pyopencl's own cache needs a home too
-        unset=("HOME", "SPECIALIZER_CACHE_DIR", "XDG_CACHE_HOME"),
+        unset=("HOME", "SPECIALIZER_CACHE_DIR", "XDG_CACHE_HOME", "PYOPENCL_NO_CACHE"),
         cwd=tmp_path,
     )
     *launched, warned = out.splitlines(keepends=True)

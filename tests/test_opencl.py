@@ -875,15 +875,19 @@ def test_a_dropped_context_is_freed_with_what_was_built_for_it():
 
 
 def test_a_context_outlives_its_first_queue_and_keeps_working_on_another():
+    # Each queue is finished before another writes x: launches on two queues of one context
+    # are not ordered by anything else, and each adds to what the one before wrote.
     ctx = pyopencl.Context([cl.default_queue().device])
     q1 = pyopencl.CommandQueue(ctx)
     x = cla.zeros(q1, 4, np.float32)
     cl.launch(add_value, x, np.float32(1), global_size=4, queue=q1)
+    q1.finish()
     q2 = pyopencl.CommandQueue(ctx)
     hk = cl.clfunction(add_value, (F32, np.float32), queue=q2)
     del q1
     gc.collect()
     hk(x, np.float32(1), global_size=4)  # its own queue
+    q2.finish()
     q3 = pyopencl.CommandQueue(ctx)
     hk(x, np.float32(1), global_size=4, queue=q3)  # another queue of the same context
     cl.launch(add_value, x, np.float32(1), global_size=4, queue=q3)

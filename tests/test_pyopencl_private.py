@@ -59,3 +59,49 @@ def test_program_get_prg_still_gives_the_built_program_without_its_context():
         pytest.fail(_changed("Program._get_prg (it is gone)"))
     assert raw.get_info(pyopencl.program_info.KERNEL_NAMES) == "k", _changed("Program._get_prg")
     assert not isinstance(raw, pyopencl.Program), _changed("Program._get_prg (it is the wrapper)")
+
+
+NO_HOME_KERNEL = """
+import os, pwd
+
+def getpwuid(uid):
+    raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+pwd.getpwuid = getpwuid  # as for a uid with no passwd entry (HOME is unset)
+import numpy as np
+import pyopencl
+import pyopencl.array as cla
+from specializer.backends import _pyopencl_private as private
+
+assert private.cache_off_without_home()
+ctx = pyopencl.Context(pyopencl.get_platforms()[0].get_devices()[:1])
+q = pyopencl.CommandQueue(ctx)
+x = cla.zeros(q, 2, np.int32)
+program = pyopencl.Program(ctx, "__kernel void k(__global int *x) { x[0] = 3; }").build()
+pyopencl.Kernel(program, "k")(q, (1,), None, x.data)
+print(x.get()[0])
+"""
+
+
+def test_pyopencl_no_cache_flag_still_turns_its_caches_off_after_its_import(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    assert isinstance(getattr(pyopencl, "_PYOPENCL_NO_CACHE", None), bool), _changed(
+        "_PYOPENCL_NO_CACHE (it is gone)"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
+    env.pop("PYOPENCL_NO_CACHE", None)
+    done = subprocess.run(
+        [sys.executable, "-c", NO_HOME_KERNEL],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "3", _changed(
+        f"_PYOPENCL_NO_CACHE (a Kernel with no home failed: {done.stderr[-800:]})"
+    )
+    assert list(tmp_path.iterdir()) == []

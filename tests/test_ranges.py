@@ -1,9 +1,9 @@
 """Weak Python scalars out of the declared type's range (SPEC 8): an ``OverflowError`` naming
 the kernel, the parameter and the type, on every back-end, from the core's check
-(``specializer.types.weak_converter``, ``weak_overflow``). A float past ``finfo(T).max`` would
-otherwise become an infinity with only numpy's warning, and an int past ``iinfo(T)`` numpy's
-error, which names neither kernel nor parameter.
-"""
+(``specializer.types.weak_converter``, ``weak_overflow``). A float that rounds to an infinity
+of ``T`` (past ``finfo(T).max`` by half an ulp of it) would otherwise become an infinity with
+only numpy's warning, and an int past ``iinfo(T)`` numpy's error, which names neither kernel
+nor parameter; ``finfo(T).max`` as numpy prints it (``3.4028235e38``) fits."""
 
 import re
 import sys
@@ -64,7 +64,7 @@ def test_the_core_converts_in_range_values_and_refuses_the_rest_naming_all_three
 def test_the_range_and_the_description_of_a_parameter():
     assert weak_range(np.int8) == (-128, 127)
     assert weak_range(np.uint64) == (0, 2**64 - 1)
-    assert weak_range(np.float16) == (-65504.0, 65504.0)
+    assert weak_range(np.float16) == (-F16_EDGE, F16_EDGE)
     assert weak_range(np.float64) is None and weak_range(np.longdouble) is None
     assert weak_range(np.bool_) is None
     unnamed = types.SimpleNamespace(name="k", tt=(np.int8,))  # a linked kernel without params
@@ -182,5 +182,130 @@ def test_cuda_refuses_out_of_range_weak_values_before_the_driver_call():
         assert calls == []
         run((x, float("inf"), -(2**31)), 1, 1, None, 0, False)
         assert len(calls) == 1
+    finally:
+        glb["_launch"] = saved
+
+
+# -- the edge of a float type: what rounds to a finite value fits (SPEC 8) -------------------
+
+#: the largest Python floats that round to a finite float32 and float16: below max plus half
+#: an ulp of it (the tie itself rounds to an infinity, max's last mantissa bit being odd)
+F32_EDGE = float(np.nextafter(3.4028235677973366e38, 0.0))
+F16_EDGE = float(np.nextafter(65520.0, 0.0))
+F32_MAX, F16_MAX = float(np.finfo(np.float32).max), float(np.finfo(np.float16).max)
+#: (type, values that fit and the value each becomes, values that round to an infinity)
+EDGES = [
+    (
+        np.float32,
+        [(3.4028235e38, F32_MAX), (F32_MAX, F32_MAX), (F32_EDGE, F32_MAX)],
+        [3.4028236e38, float(np.nextafter(F32_EDGE, np.inf)), 1e39],
+    ),
+    (np.float16, [(65504.0, 65504.0), (65519.99, 65504.0), (F16_EDGE, 65504.0)], [65520.0, 7e4]),
+]
+
+
+def _signed(values):
+    return [(v, w) for a, b in values for v, w in ((a, b), (-a, -b))]
+
+
+@pytest.mark.parametrize(("t", "fit", "overflow"), EDGES)
+def test_the_core_takes_every_float_that_rounds_to_a_finite_value_and_refuses_the_rest(
+    t, fit, overflow
+):
+    linked = types.SimpleNamespace(name="put", tt=(t,), params=("v",))
+    where = f"parameter 0 (v) of kernel put({type_name(t)})"
+    convert = weak_converter(t)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no cast to inf with numpy's warning
+        for value, becomes in _signed(fit):
+            assert convert(value, linked, 0) == becomes, value
+        for value in overflow:
+            for v in (value, -value):
+                with _raises(v, t, where):
+                    convert(v, linked, 0)
+    big = float(np.finfo(np.float64).max)  # every Python float fits a float64
+    assert weak_converter(np.float64)(big, linked, 0) == big and weak_range(np.float64) is None
+
+
+@pytest.mark.parametrize(("t", "fit", "overflow"), EDGES)
+def test_the_python_items_back_end_takes_a_float_types_printed_max(t, fit, overflow):
+    from pybackend import py
+
+    @py.kernel
+    def put_edge(x: py.Array[t], v: t) -> str:  # a method per type
+        return "def put_edge(i, x, v): x[i] = v"
+
+    x = np.zeros(1, t)
+    where = f"parameter 1 (v) of kernel put_edge(Array[{type_name(t)}], {type_name(t)})"
+    for _ in range(2):  # the slow path, then the front entry
+        for value, becomes in _signed(fit):
+            py.launch(put_edge, x, t(0), size=1)  # the same entry, typed the numpy way
+            py.launch(put_edge, x, value, size=1)
+            assert x[0] == becomes, value
+        for value in overflow:
+            with _raises(value, t, where):
+                py.launch(put_edge, x, value, size=1)
+
+
+def test_opencl_writes_float32s_printed_max_and_refuses_what_rounds_to_an_infinity():
+    pytest.importorskip("pyopencl")
+    import pyopencl.array as cla
+
+    from specializer.backends import opencl as cl
+
+    @cl.kernel
+    def put_edge32(x: cl.Array[np.float32], v: np.float32) -> str:
+        return "__kernel void put_edge32(__global float *x, float v) { x[0] = v; }"
+
+    (_, fit, overflow), sig = EDGES[0], "put_edge32(Array[np.float32], np.float32)"
+    x = cla.zeros(cl.default_queue(), 1, np.float32)
+    for _ in range(2):  # the slow path, then the front entry
+        for value, becomes in _signed(fit):
+            cl.launch(put_edge32, x, 0.0, global_size=1)
+            cl.launch(put_edge32, x, value, global_size=1)
+            assert float(x.get()[0]) == becomes, value
+        for value in overflow:
+            with _raises(value, np.float32, f"parameter 1 (v) of kernel {sig}"):
+                cl.launch(put_edge32, x, value, global_size=1)
+    for t, fit, overflow in EDGES:  # the packing of every float type agrees
+        pack = cl._packer(t)
+        for value, becomes in _signed(fit):
+            assert np.frombuffer(pack(value), t)[0] == becomes, value
+        for value in overflow:
+            with pytest.raises(OverflowError):
+                pack(value)
+
+
+@pytest.mark.parametrize(("t", "fit", "overflow"), EDGES)
+def test_cuda_packs_a_float_types_printed_max_and_refuses_what_rounds_to_an_infinity(
+    t, fit, overflow
+):
+    pytest.importorskip("cuda.bindings")
+    from specializer.backends import cuda
+    from specializer.types import Weak
+
+    launcher = cuda._launch._launcher
+    resolved = (cuda.Array[t], t)
+    factory = launcher._factory((resolved[0], Weak[float]), resolved, 0, False)
+    linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
+    linked.bound = {}
+    run = factory(linked, None, None, None)[0]
+    calls = []
+    glb = factory.__globals__
+    packed = glb["_half"] if t is np.float16 else None
+    saved, glb["_launch"] = glb["_launch"], lambda *a: calls.append(a) or (0,)
+    try:
+        x = cuda.CuArray.wrap(0x7F00DEAD0000, (1,), t)
+        for value, becomes in _signed(fit):
+            run((x, value), 1, 1, None, 0, False)
+            if packed is not None:  # a __half's 16 bits: the value it rounds to
+                assert packed(value) == packed(becomes), value
+        assert len(calls) == 2 * len(fit)
+        for value in overflow:
+            with _raises(
+                value, t, f"parameter 1 of kernel put(Array[{type_name(t)}], {type_name(t)})"
+            ):
+                run((x, value), 1, 1, None, 0, False)
+        assert len(calls) == 2 * len(fit)
     finally:
         glb["_launch"] = saved

@@ -17,18 +17,31 @@ array's layout through the public ``Array.flags`` and only when an index gets a 
   reference count back to one). A release without it fails the test below: there is no
   public way to the raw program of a source that defines no kernel.
 
+- ``pyopencl._PYOPENCL_NO_CACHE``: what ``PYOPENCL_NO_CACHE=1`` in the environment sets when
+  pyopencl is imported, read again at each use. pyopencl keeps its kernels' invokers (and on
+  some platforms its programs) in a cache that pytools puts under the user's cache directory;
+  with no home directory (``HOME`` unset, no passwd entry, no absolute ``XDG_CACHE_HOME``: a
+  container under an unknown uid) its first ``pyopencl.Kernel`` raises "could not determine the
+  home directory", and pyopencl is usually imported (``import pyopencl.array``) before this
+  back-end could set the variable. :func:`cache_off_without_home` sets the flag there, so a
+  program with no home builds and runs with pyopencl's disk caches off (SPEC 9). A release
+  without the flag fails the test below.
+
 Checked against the pyopencl releases in ``CHECKED``; ``tests/test_pyopencl_private.py``
 fails, naming the attribute and these releases, when one changes.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pyopencl as cl
 
-__all__ = ["CHECKED", "SET_ARG_BUF", "raw_program", "set_arg_buf"]
+__all__ = ["CHECKED", "SET_ARG_BUF", "cache_off_without_home", "raw_program", "set_arg_buf"]
 
 #: the pyopencl releases this module was checked against
 CHECKED = ("2026.1.4",)
@@ -45,3 +58,23 @@ def set_arg_buf(kernel: Any) -> Callable[[int, Any], None]:
 def raw_program(program: cl.Program) -> Any:
     """The built program of ``program`` (after its build), which holds no ``Context`` object."""
     return program._get_prg()
+
+
+def _no_home() -> bool:
+    """Whether pytools (pyopencl's caches) finds no user cache directory: no absolute
+    ``XDG_CACHE_HOME`` and no absolute home directory (``HOME``, else the passwd entry)."""
+    if sys.platform == "win32" or os.path.isabs(os.environ.get("XDG_CACHE_HOME", "")):
+        return False
+    try:
+        return not Path.home().is_absolute()
+    except (RuntimeError, KeyError, OSError):
+        return True
+
+
+def cache_off_without_home() -> bool:
+    """Turn pyopencl's own disk caches off where there is no home directory to keep them in
+    (as ``PYOPENCL_NO_CACHE=1`` would have at its import); whether it did."""
+    if not _no_home():
+        return False
+    cl._PYOPENCL_NO_CACHE = True
+    return True

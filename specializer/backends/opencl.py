@@ -80,6 +80,8 @@ from ..types import (
 )
 from . import _pyopencl_private as _private
 
+_private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
+
 __all__ = [
     "BACKEND",
     "Array",
