@@ -29,7 +29,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from . import diskcache, precompile
-from .locks import new_lock
+from .locks import import_before_fork, new_lock
 
 if TYPE_CHECKING:
     import jinja2
@@ -67,6 +67,7 @@ def template_cache_dir() -> Path | None:
 
 _search_path = [str(_templates_dir())]
 _ENV: list[jinja2.Environment] = []  # made at the first render: jinja2 is not imported before
+import_before_fork("jinja2")  # so a child never imports it: a fork never hangs in its import
 
 
 def _environment() -> jinja2.Environment:
