@@ -22,6 +22,9 @@ entry empty or cut short, and a copy can put one entry's content at another's na
 Anything else is a miss, and the caller's write replaces it: a file is written to a temporary
 ``0600`` file beside it and renamed over it, so a reader sees a whole file or none. A cache that
 cannot be read or written is no cache: nothing here raises.
+
+Precompile-output mode (:func:`specializer.generating_output`): nothing is written and no
+directory made while it is on; a valid entry is still read.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
+from . import precompile
 from .locks import new_lock
 
 __all__ = [
@@ -149,11 +153,12 @@ def _refuse(root: Path, name: str, why: str) -> None:
 
 def private_dir(name: str, create: bool) -> Path | None:
     """The directory of the cache ``name`` when it is private to the user, creating it (and
-    any missing parent) ``0700`` when ``create``; ``None``: off, missing or not private."""
+    any missing parent) ``0700`` when ``create`` (never in precompile-output mode); ``None``:
+    off, missing or not private."""
     d = cache_dir(name)
     if d is None:
         return None
-    if create:
+    if create and not precompile.generating_output():  # the mode makes no directory
         missing = []
         p = d
         while not os.path.lexists(p) and p.parent != p:
@@ -209,7 +214,10 @@ def read_private(path: Path, max_size: int) -> bytes | None:
 
 def write_private(directory: Path, filename: str, data: bytes) -> bool:
     """Write ``directory/filename`` whole (``0600``, renamed into place); whether it was
-    written (never raises: a cache that cannot be written is no cache)."""
+    written (never raises: a cache that cannot be written is no cache). Nothing is written
+    in precompile-output mode."""
+    if precompile.generating_output():
+        return False
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:16]}.", suffix=".tmp")
