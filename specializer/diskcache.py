@@ -23,14 +23,21 @@ Anything else is a miss, and the caller's write replaces it: a file is written t
 ``0600`` file beside it and renamed over it, so a reader sees a whole file or none. A cache that
 cannot be read or written is no cache: nothing here raises.
 
-Precompile-output mode (:func:`specializer.generating_output`): nothing is written and no
-directory made while it is on; a valid entry is still read.
+Bounded: the caches together keep at most ``SPECIALIZER_CACHE_MAXSIZE`` bytes (:func:`max_size`;
+default 1 GiB, as CUDA's JIT cache), least recently used first out. Reading an entry sets its
+modification time; a write that takes the caches over the bound removes the entries read or
+written longest ago until they fit. Several processes may share the directory: an entry
+removed under a reader is a miss (or read whole, from the file it opened), never an error.
+
+Precompile-output mode (:func:`specializer.generating_output`): nothing is written, no
+directory made and nothing removed while it is on; a valid entry is still read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import sys
 import tempfile
@@ -41,9 +48,13 @@ from . import precompile
 from .locks import new_lock
 
 __all__ = [
+    "DEFAULT_MAX_SIZE",
     "ENV_VAR",
+    "MAX_SIZE_ENV_VAR",
     "cache_dir",
     "default_dir",
+    "evict",
+    "max_size",
     "private_dir",
     "read_entry",
     "read_private",
@@ -53,6 +64,12 @@ __all__ = [
 
 #: the environment variable naming the caches' directory ("" or "0": off)
 ENV_VAR = "SPECIALIZER_CACHE_DIR"
+#: the environment variable bounding the caches' size together, in bytes (see max_size)
+MAX_SIZE_ENV_VAR = "SPECIALIZER_CACHE_MAXSIZE"
+#: the bound when MAX_SIZE_ENV_VAR is unset, empty or not a size: 1 GiB (CUDA's JIT cache's)
+DEFAULT_MAX_SIZE = 1 << 30
+#: a size: a number of bytes, or of KiB, MiB, GiB, TiB (``512M``, ``2G``, ``1.5GiB``, ``64kB``)
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*", re.IGNORECASE)
 
 #: opening a file: never through a symlink, never waiting for a writer (a FIFO)
 _OPEN_FLAGS = (
@@ -115,6 +132,28 @@ def cache_dir(name: str) -> Path | None:
     if value in ("", "0"):
         return None
     return Path(value).expanduser() / name
+
+
+def max_size() -> int:
+    """The bound on the caches' size together, in bytes: ``SPECIALIZER_CACHE_MAXSIZE``, a
+    number of bytes or of KiB, MiB, GiB, TiB (``512M``, ``2G``, ``1.5GiB``; the units are
+    powers of 1024, case and a trailing ``B``/``iB`` do not matter), read at each write;
+    ``0`` keeps nothing. Unset or empty: :data:`DEFAULT_MAX_SIZE`; anything else is the
+    default too, with one warning naming the value."""
+    value = os.environ.get(MAX_SIZE_ENV_VAR, "")
+    if not value.strip():
+        return DEFAULT_MAX_SIZE
+    m = _SIZE.fullmatch(value)
+    if m is None:
+        _warn_once(
+            ("", f"{MAX_SIZE_ENV_VAR}={value}"),
+            f"specializer: {MAX_SIZE_ENV_VAR}={value!r} is not a size; the disk caches keep "
+            f"their default bound, {DEFAULT_MAX_SIZE >> 30} GiB. Give a number of bytes, or of "
+            "KiB, MiB, GiB with a suffix (512M, 2G); 0 keeps nothing.",
+        )
+        return DEFAULT_MAX_SIZE
+    unit = 1024 ** " kmgt".index((m[2] or " ").lower())
+    return int(float(m[1]) * unit)
 
 
 def _not_private(st: os.stat_result, kind: int) -> str | None:
@@ -186,9 +225,10 @@ def private_dir(name: str, create: bool) -> Path | None:
     return d
 
 
-def read_private(path: Path, max_size: int) -> bytes | None:
+def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None:
     """The bytes of the file at ``path`` if it is a regular file of the user's that no one
-    else can write, at most ``max_size`` of them; ``None`` otherwise."""
+    else can write, at most ``max_size`` of them; ``None`` otherwise. ``touch``: set its
+    modification time to now (the entry was used: least recently used is evicted first)."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
@@ -197,6 +237,8 @@ def read_private(path: Path, max_size: int) -> bytes | None:
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
+        if touch:
+            _touch(fd, path)
         chunks, left = [], st.st_size + 1  # one byte more: a file grown meanwhile is seen
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
@@ -245,8 +287,9 @@ _DIGEST_SIZE = hashlib.sha256().digest_size
 def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
     """The payload :func:`write_entry` wrote at ``directory/filename`` (a file of at most
     ``max_size`` bytes), or ``None``: missing, not private (see :func:`read_private`), or
-    failing its digest (empty, cut short, damaged, or another entry's content)."""
-    data = read_private(directory / filename, max_size)
+    failing its digest (empty, cut short, damaged, or another entry's content). The entry's
+    modification time is set to now: it was used."""
+    data = read_private(directory / filename, max_size, touch=True)
     if data is None or len(data) < _DIGEST_SIZE:
         return None
     payload, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
@@ -254,6 +297,63 @@ def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
 
 
 def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
-    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`;
-    whether it was written."""
-    return write_private(directory, filename, payload + _digest(filename, payload))
+    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`,
+    then evict the least recently used entries while the caches are over :func:`max_size`;
+    whether it was written (an entry larger than the bound is not)."""
+    bound = max_size()
+    data = payload + _digest(filename, payload)
+    if len(data) > bound or not write_private(directory, filename, data):
+        return False
+    evict(bound)
+    return True
+
+
+def _touch(fd: int, path: Path) -> None:
+    """Set the modification time of the file open as ``fd`` to now (by its ``path`` where
+    a descriptor cannot be given: Windows); never raises."""
+    try:
+        os.utime(fd if os.utime in os.supports_fd else path)
+    except OSError:
+        pass
+
+
+def evict(bound: int) -> None:
+    """Remove the entries read or written longest ago (oldest modification time first) from
+    the caches' directories until their regular files take at most ``bound`` bytes together.
+    Only the directories that are the user's own are looked at (:func:`private_dir`); in
+    them only regular files are counted and removed (an entry being written, a leftover
+    temporary file). Another process removing the same entry meanwhile is no error. Nothing
+    is removed in precompile-output mode."""
+    if precompile.generating_output():
+        return
+    files: list[tuple[int, str, int]] = []
+    total = 0
+    for name in _LABELS:
+        d = private_dir(name, create=False)
+        if d is None:
+            continue
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:  # removed meanwhile
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        files.append((st.st_mtime_ns, e.path, st.st_size))
+                        total += st.st_size
+        except OSError:
+            continue
+    if total <= bound:
+        return
+    files.sort()
+    for _, path, size in files:
+        if total <= bound:
+            break
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # another process evicted it
+            pass
+        except OSError:
+            continue
+        total -= size

@@ -24,7 +24,8 @@ the cache a no-op: it never makes a compilation fail.
 
 Precompile-output mode (:func:`specializer.generating_output`): nothing generated is
 written to disk while it is on (SPEC 6), so a compilation stores no entry (and makes no
-directory); a valid entry is still read.
+directory); a valid entry is still read. The entries share one size bound with the other
+disk cache, least recently used out first (:func:`specializer.diskcache.max_size`).
 """
 
 from __future__ import annotations
