@@ -26,8 +26,11 @@ cannot be read or written is no cache: nothing here raises.
 Bounded: the caches together keep at most ``SPECIALIZER_CACHE_MAXSIZE`` bytes (:func:`max_size`;
 default 1 GiB, as CUDA's JIT cache), least recently used first out. Reading an entry sets its
 modification time; a write that takes the caches over the bound removes the entries read or
-written longest ago until they fit. Several processes may share the directory: an entry
-removed under a reader is a miss (or read whole, from the file it opened), never an error.
+written longest ago until they fit. A process looks at the directory (one ``stat`` per file)
+at its first write and whenever its count, what it saw plus what it wrote since, goes over
+the bound; so processes sharing the directory may leave it over the bound by what each
+wrote since it last looked, until one of them looks. An entry removed under a reader is a
+miss (or read whole, from the file it opened), never an error.
 
 Precompile-output mode (:func:`specializer.generating_output`): nothing is written, no
 directory made and nothing removed while it is on; a valid entry is still read.
@@ -83,6 +86,10 @@ _OPEN_FLAGS = (
 _LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
 _warned: set[tuple[str, str]] = set()  # what was warned about: one warning each
 _warned_lock = new_lock(reentrant=False)
+#: the caches' size as this process counts it: (their root, the bytes its regular files took
+#: when it last looked, plus what it wrote since); none before its first write
+_usage: list[tuple[str, int]] = []
+_usage_lock = new_lock(reentrant=False)
 
 
 def _home() -> Path | None:
@@ -304,7 +311,14 @@ def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
     data = payload + _digest(filename, payload)
     if len(data) > bound or not write_private(directory, filename, data):
         return False
-    evict(bound)
+    root = str(directory.parent)
+    with _usage_lock():
+        seen = _usage[0] if _usage else None
+        if seen is not None and seen[0] == root and seen[1] + len(data) <= bound:
+            _usage[0] = (root, seen[1] + len(data))  # (a rewrite counts twice: looks sooner)
+            return True
+        _usage.clear()  # (an interrupted look leaves no count: the next write looks again)
+        _usage.append((root, evict(bound)))
     return True
 
 
@@ -317,15 +331,15 @@ def _touch(fd: int, path: Path) -> None:
         pass
 
 
-def evict(bound: int) -> None:
+def evict(bound: int) -> int:
     """Remove the entries read or written longest ago (oldest modification time first) from
-    the caches' directories until their regular files take at most ``bound`` bytes together.
-    Only the directories that are the user's own are looked at (:func:`private_dir`); in
-    them only regular files are counted and removed (an entry being written, a leftover
-    temporary file). Another process removing the same entry meanwhile is no error. Nothing
-    is removed in precompile-output mode."""
+    the caches' directories until their regular files take at most ``bound`` bytes together;
+    the bytes they take then. Only the directories that are the user's own are looked at
+    (:func:`private_dir`); in them only regular files are counted and removed (an entry
+    being written, a leftover temporary file). Another process removing the same entry
+    meanwhile is no error. Nothing is removed in precompile-output mode."""
     if precompile.generating_output():
-        return
+        return 0
     files: list[tuple[int, str, int]] = []
     total = 0
     for name in _LABELS:
@@ -345,7 +359,7 @@ def evict(bound: int) -> None:
         except OSError:
             continue
     if total <= bound:
-        return
+        return total
     files.sort()
     for _, path, size in files:
         if total <= bound:
@@ -357,3 +371,4 @@ def evict(bound: int) -> None:
         except OSError:
             continue
         total -= size
+    return total

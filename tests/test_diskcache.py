@@ -390,3 +390,35 @@ def test_entries_evicted_under_readers_and_writers_are_misses_never_errors(cache
     assert any(seen) and not all(seen)  # hits and misses both
     total = sum(p.stat().st_size for d in caches for p in d.iterdir())
     assert total <= 6 << 10
+
+
+def test_a_process_counts_the_caches_size_and_looks_again_when_over_or_at_another_root(
+    caches, monkeypatch, tmp_path
+):
+    # Row 'the disk caches' size as counted': a write adds to the count; another process's
+    # writes are seen when the count goes over the bound (the directory is looked at again),
+    # and a write under another root looks at that root first.
+    from specializer import diskcache
+
+    templates, cuda = caches
+    payload = b"x" * 1000
+    assert diskcache.write_entry(templates, "mine0", payload)  # the first write looks
+    size = (templates / "mine0").stat().st_size
+    assert diskcache._usage == [(str(tmp_path), size)]
+    old = int((time.time() - 3600) * 1e9)
+    for i in range(3):  # another process's entries, older than mine: not counted here
+        (cuda / f"other{i}").write_bytes(payload)
+        os.utime(cuda / f"other{i}", ns=(old + i, old + i))
+    os.utime(templates / "mine0", ns=(old + 10, old + 10))
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", str(5 * size // 2))
+    assert diskcache.write_entry(templates, "mine1", payload)  # counted 2: under the bound
+    assert diskcache._usage == [(str(tmp_path), 2 * size)]
+    assert _entries(templates, cuda) == ["mine0", "mine1", "other0", "other1", "other2"]
+    assert diskcache.write_entry(templates, "mine2", payload)  # counted 3: looks, evicts
+    assert _entries(templates, cuda) == ["mine1", "mine2"]  # the oldest first, mine0 too
+    assert diskcache._usage == [(str(tmp_path), 2 * size)]
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(elsewhere))
+    d = diskcache.private_dir("templates", True)
+    assert diskcache.write_entry(d, "there", payload)
+    assert diskcache._usage == [(str(elsewhere), size)]
