@@ -72,7 +72,7 @@ import_before_fork("jinja2")  # so a child never imports it: a fork never hangs 
 
 def _environment() -> jinja2.Environment:
     """The Jinja environment, made on first use (a process whose renders are all on disk never
-    imports Jinja: see :func:`render`)."""
+    imports Jinja, see :func:`render`, unless it forks: see :func:`locks.import_before_fork`)."""
     if _ENV:
         return _ENV[0]
     with _lock():
