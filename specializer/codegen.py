@@ -29,7 +29,7 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any
 
 from . import diskcache, precompile
-from .locks import new_lock
+from .locks import import_before_fork, new_lock
 
 if TYPE_CHECKING:
     import jinja2
@@ -67,11 +67,12 @@ def template_cache_dir() -> Path | None:
 
 _search_path = [str(_templates_dir())]
 _ENV: list[jinja2.Environment] = []  # made at the first render: jinja2 is not imported before
+import_before_fork("jinja2")  # so a child never imports it: a fork never hangs in its import
 
 
 def _environment() -> jinja2.Environment:
     """The Jinja environment, made on first use (a process whose renders are all on disk never
-    imports Jinja: see :func:`render`)."""
+    imports Jinja, see :func:`render`, unless it forks: see :func:`locks.import_before_fork`)."""
     if _ENV:
         return _ENV[0]
     with _lock():
@@ -180,9 +181,30 @@ def render(template: str, **params: Any) -> str:
     next process reads it instead of importing Jinja and compiling the template: this is most
     of a process's cold start before its first launch. A kept render is exec'd, so it is used
     only when its digest matches (:func:`diskcache.read_entry`); anything else is rendered
-    and written again."""
+    and written again (not in precompile-output mode, which writes nothing).
+
+    The function's ``name`` is not part of what is kept: the template is rendered with
+    :data:`NAME` in its place, and the name (an identifier, as every parameter is) is put
+    wherever the render has that text. So every kernel of one shape (a signature's kinds and
+    counts, a lookup's entries) shares one kept render, however many kernels, factory
+    products or numbered names there are; a template writes ``{{ name }}`` as is."""
     for k, v in params.items():
         _check_param(k, v)
+    name = params.get("name")
+    if name is not None and NAME not in json.dumps(params):
+        params = {**params, "name": NAME}
+        return _kept_render(template, params).replace(NAME, name)
+    return _kept_render(template, params)
+
+
+#: what a template renders in place of the function's name in a kept render: text that no
+#: template spells (a template's own text is ours) and no parameter holds (checked: where
+#: one does, the render keeps its real name)
+NAME = "_specializer_generated_name_"
+
+
+def _kept_render(template: str, params: dict[str, Any]) -> str:
+    """The render of ``template`` with ``params``: kept on disk (see :func:`render`)."""
     d = diskcache.private_dir("templates", create=True)
     if d is None:
         return _environment().get_template(template).render(**params)
@@ -219,13 +241,20 @@ def _templates_identity() -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(f"{f.name}\0".encode() + f.read_bytes() + b"\0")
-    spec = importlib.util.find_spec("jinja2")
-    origin = Path(spec.origin) if spec and spec.origin else None
-    if origin is not None:
-        st = origin.stat()
-        h.update(f"{origin}\0{st.st_size}\0{st.st_mtime_ns}".encode())
+    h.update(_jinja_identity().encode())
     _IDENTITY[:] = [(stats, h.hexdigest())]
     return h.hexdigest()
+
+
+def _jinja_identity() -> str:
+    """Which Jinja renders: the path, size and modification time of its package's
+    ``__init__`` (which holds its version: an upgrade rewrites it), found without importing
+    Jinja."""
+    spec = importlib.util.find_spec("jinja2")
+    if spec is None or not spec.origin:
+        return ""
+    st = os.stat(spec.origin)
+    return f"{spec.origin}\0{st.st_size}\0{st.st_mtime_ns}"
 
 
 def _unique(base: str) -> str:

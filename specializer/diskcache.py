@@ -22,24 +22,42 @@ entry empty or cut short, and a copy can put one entry's content at another's na
 Anything else is a miss, and the caller's write replaces it: a file is written to a temporary
 ``0600`` file beside it and renamed over it, so a reader sees a whole file or none. A cache that
 cannot be read or written is no cache: nothing here raises.
+
+Bounded: the caches together keep at most ``SPECIALIZER_CACHE_MAXSIZE`` bytes (:func:`max_size`;
+default 1 GiB, as CUDA's JIT cache), least recently used first out. Reading an entry sets its
+modification time; a write that takes the caches over the bound removes the entries read or
+written longest ago until they fit. A process looks at the directory (one ``stat`` per file)
+at its first write and whenever its count, what it saw plus what it wrote since, goes over
+the bound; so processes sharing the directory may leave it over the bound by what each
+wrote since it last looked, until one of them looks. An entry removed under a reader is a
+miss (or read whole, from the file it opened), never an error.
+
+Precompile-output mode (:func:`specializer.generating_output`): nothing is written, no
+directory made and nothing removed while it is on; a valid entry is still read.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
+from . import precompile
 from .locks import new_lock
 
 __all__ = [
+    "DEFAULT_MAX_SIZE",
     "ENV_VAR",
+    "MAX_SIZE_ENV_VAR",
     "cache_dir",
     "default_dir",
+    "evict",
+    "max_size",
     "private_dir",
     "read_entry",
     "read_private",
@@ -49,6 +67,12 @@ __all__ = [
 
 #: the environment variable naming the caches' directory ("" or "0": off)
 ENV_VAR = "SPECIALIZER_CACHE_DIR"
+#: the environment variable bounding the caches' size together, in bytes (see max_size)
+MAX_SIZE_ENV_VAR = "SPECIALIZER_CACHE_MAXSIZE"
+#: the bound when MAX_SIZE_ENV_VAR is unset, empty or not a size: 1 GiB (CUDA's JIT cache's)
+DEFAULT_MAX_SIZE = 1 << 30
+#: a size: a number of bytes, or of KiB, MiB, GiB, TiB (``512M``, ``2G``, ``1.5GiB``, ``64kB``)
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?)\s*(?:([kmgt])(?:i?b)?|b)?\s*", re.IGNORECASE)
 
 #: opening a file: never through a symlink, never waiting for a writer (a FIFO)
 _OPEN_FLAGS = (
@@ -62,6 +86,10 @@ _OPEN_FLAGS = (
 _LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
 _warned: set[tuple[str, str]] = set()  # what was warned about: one warning each
 _warned_lock = new_lock(reentrant=False)
+#: the caches' size as this process counts it: (their root, the bytes its regular files took
+#: when it last looked, plus what it wrote since); none before its first write
+_usage: list[tuple[str, int]] = []
+_usage_lock = new_lock(reentrant=False)
 
 
 def _home() -> Path | None:
@@ -113,6 +141,28 @@ def cache_dir(name: str) -> Path | None:
     return Path(value).expanduser() / name
 
 
+def max_size() -> int:
+    """The bound on the caches' size together, in bytes: ``SPECIALIZER_CACHE_MAXSIZE``, a
+    number of bytes or of KiB, MiB, GiB, TiB (``512M``, ``2G``, ``1.5GiB``; the units are
+    powers of 1024, case and a trailing ``B``/``iB`` do not matter), read at each write;
+    ``0`` keeps nothing. Unset or empty: :data:`DEFAULT_MAX_SIZE`; anything else is the
+    default too, with one warning naming the value."""
+    value = os.environ.get(MAX_SIZE_ENV_VAR, "")
+    if not value.strip():
+        return DEFAULT_MAX_SIZE
+    m = _SIZE.fullmatch(value)
+    if m is None:
+        _warn_once(
+            ("", f"{MAX_SIZE_ENV_VAR}={value}"),
+            f"specializer: {MAX_SIZE_ENV_VAR}={value!r} is not a size; the disk caches keep "
+            f"their default bound, {DEFAULT_MAX_SIZE >> 30} GiB. Give a number of bytes, or of "
+            "KiB, MiB, GiB with a suffix (512M, 2G); 0 keeps nothing.",
+        )
+        return DEFAULT_MAX_SIZE
+    unit = 1024 ** " kmgt".index((m[2] or " ").lower())
+    return int(float(m[1]) * unit)
+
+
 def _not_private(st: os.stat_result, kind: int) -> str | None:
     """Why a file of status ``st`` is not the user's own of ``kind`` (``stat.S_IFDIR``,
     ``stat.S_IFREG``) that no one else can write; ``None`` when it is. (Windows: the user's
@@ -149,11 +199,12 @@ def _refuse(root: Path, name: str, why: str) -> None:
 
 def private_dir(name: str, create: bool) -> Path | None:
     """The directory of the cache ``name`` when it is private to the user, creating it (and
-    any missing parent) ``0700`` when ``create``; ``None``: off, missing or not private."""
+    any missing parent) ``0700`` when ``create`` (never in precompile-output mode); ``None``:
+    off, missing or not private."""
     d = cache_dir(name)
     if d is None:
         return None
-    if create:
+    if create and not precompile.generating_output():  # the mode makes no directory
         missing = []
         p = d
         while not os.path.lexists(p) and p.parent != p:
@@ -181,9 +232,10 @@ def private_dir(name: str, create: bool) -> Path | None:
     return d
 
 
-def read_private(path: Path, max_size: int) -> bytes | None:
+def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None:
     """The bytes of the file at ``path`` if it is a regular file of the user's that no one
-    else can write, at most ``max_size`` of them; ``None`` otherwise."""
+    else can write, at most ``max_size`` of them; ``None`` otherwise. ``touch``: set its
+    modification time to now (the entry was used: least recently used is evicted first)."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
@@ -192,6 +244,8 @@ def read_private(path: Path, max_size: int) -> bytes | None:
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
+        if touch:
+            _touch(fd, path)
         chunks, left = [], st.st_size + 1  # one byte more: a file grown meanwhile is seen
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
@@ -209,7 +263,10 @@ def read_private(path: Path, max_size: int) -> bytes | None:
 
 def write_private(directory: Path, filename: str, data: bytes) -> bool:
     """Write ``directory/filename`` whole (``0600``, renamed into place); whether it was
-    written (never raises: a cache that cannot be written is no cache)."""
+    written (never raises: a cache that cannot be written is no cache). Nothing is written
+    in precompile-output mode."""
+    if precompile.generating_output():
+        return False
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:16]}.", suffix=".tmp")
@@ -237,8 +294,9 @@ _DIGEST_SIZE = hashlib.sha256().digest_size
 def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
     """The payload :func:`write_entry` wrote at ``directory/filename`` (a file of at most
     ``max_size`` bytes), or ``None``: missing, not private (see :func:`read_private`), or
-    failing its digest (empty, cut short, damaged, or another entry's content)."""
-    data = read_private(directory / filename, max_size)
+    failing its digest (empty, cut short, damaged, or another entry's content). The entry's
+    modification time is set to now: it was used."""
+    data = read_private(directory / filename, max_size, touch=True)
     if data is None or len(data) < _DIGEST_SIZE:
         return None
     payload, digest = data[:-_DIGEST_SIZE], data[-_DIGEST_SIZE:]
@@ -246,6 +304,71 @@ def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
 
 
 def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
-    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`;
-    whether it was written."""
-    return write_private(directory, filename, payload + _digest(filename, payload))
+    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`,
+    then evict the least recently used entries while the caches are over :func:`max_size`;
+    whether it was written (an entry larger than the bound is not)."""
+    bound = max_size()
+    data = payload + _digest(filename, payload)
+    if len(data) > bound or not write_private(directory, filename, data):
+        return False
+    root = str(directory.parent)
+    with _usage_lock():
+        seen = _usage[0] if _usage else None
+        if seen is not None and seen[0] == root and seen[1] + len(data) <= bound:
+            _usage[0] = (root, seen[1] + len(data))  # (a rewrite counts twice: looks sooner)
+            return True
+        _usage.clear()  # (an interrupted look leaves no count: the next write looks again)
+        _usage.append((root, evict(bound)))
+    return True
+
+
+def _touch(fd: int, path: Path) -> None:
+    """Set the modification time of the file open as ``fd`` to now (by its ``path`` where
+    a descriptor cannot be given: Windows); never raises."""
+    try:
+        os.utime(fd if os.utime in os.supports_fd else path)
+    except OSError:
+        pass
+
+
+def evict(bound: int) -> int:
+    """Remove the entries read or written longest ago (oldest modification time first) from
+    the caches' directories until their regular files take at most ``bound`` bytes together;
+    the bytes they take then. Only the directories that are the user's own are looked at
+    (:func:`private_dir`); in them only regular files are counted and removed (an entry
+    being written, a leftover temporary file). Another process removing the same entry
+    meanwhile is no error. Nothing is removed in precompile-output mode."""
+    if precompile.generating_output():
+        return 0
+    files: list[tuple[int, str, int]] = []
+    total = 0
+    for name in _LABELS:
+        d = private_dir(name, create=False)
+        if d is None:
+            continue
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:  # removed meanwhile
+                        continue
+                    if stat.S_ISREG(st.st_mode):
+                        files.append((st.st_mtime_ns, e.path, st.st_size))
+                        total += st.st_size
+        except OSError:
+            continue
+    if total <= bound:
+        return total
+    files.sort()
+    for _, path, size in files:
+        if total <= bound:
+            break
+        try:
+            os.unlink(path)
+        except FileNotFoundError:  # another process evicted it
+            pass
+        except OSError:
+            continue
+        total -= size
+    return total

@@ -208,9 +208,7 @@ def digest(
     if not found:
         return ""
     if any(name.startswith(_UNKEYED) for name, _ in found):
-        import uuid  # here, not at the top: for cold start (about 1 ms), a rare path
-
-        return _UNKEYED + uuid.uuid4().hex
+        return _UNKEYED + os.urandom(16).hex()  # (no import on a lookup's path: see locks)
     h = hashlib.sha256()
     for name, sha in found:
         h.update(f"{name}\0{sha}\n".encode("utf-8", "surrogateescape"))

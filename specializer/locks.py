@@ -1,13 +1,17 @@
 """The package's locks, in one registry: a forked child gets every one of them fresh (a
-thread of the parent may have held one, and that thread is not in the child)."""
+thread of the parent may have held one, and that thread is not in the child). And the
+modules the package imports lazily are imported before a fork (:func:`import_before_fork`):
+the lock of a module that another thread was importing is held for ever in the child."""
 
 from __future__ import annotations
 
+import importlib
+import os
 import threading
 import weakref
 from typing import Any
 
-__all__ = ["LockBox", "new_lock", "renew_all"]
+__all__ = ["LockBox", "import_before_fork", "new_lock", "renew_all"]
 
 
 class LockBox:
@@ -44,3 +48,24 @@ def renew_all() -> None:
     """Give every registered box a fresh lock (in a forked child, before anything else)."""
     for box in list(_locks):
         box.renew()
+
+
+def import_before_fork(*modules: str) -> None:
+    """Import ``modules`` (those installed) before every fork, in the thread that forks.
+
+    A module the package imports only when first needed (Jinja at the first render that is
+    not on disk, a CUDA helper at its first use) may be half imported by another thread when
+    the process forks; the child then waits for ever on that module's import lock, whose
+    holder does not exist there. Imported before the fork (waiting for that thread's import
+    to finish, as any import does), the module is whole in the child, which never imports
+    it. The cost is one import per process that forks, not one at start."""
+
+    def before() -> None:
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                pass
+
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=before)

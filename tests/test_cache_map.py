@@ -737,3 +737,91 @@ def test_cuda_disk_cache_serves_a_later_process_and_misses_on_another_source(mon
     assert _compiler.nvrtc_compiles() - n == 1  # from disk
     cuda.code_ptx(_cu_kernel(cuda, 112), tt, arch="sm_80")
     assert _compiler.nvrtc_compiles() - n == 2
+
+
+# -- template renders on disk (`specializer.codegen.render`) ---------------------------------
+
+# In a fresh process with an empty cache directory, one template of a directory of its own
+# rendered with a change of one input at a time: what the render gave, whether it matched a
+# render with the caches off, and how many renders are kept (a miss keeps one more).
+RENDERS = """
+import json, pathlib, sys, os
+from specializer import codegen
+tpl, kept = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]) / "templates"
+codegen.add_template_dir(tpl)
+out = []
+
+def render(change, **params):
+    text = codegen.render("cm_shape.py.j2", **params)
+    os.environ["SPECIALIZER_CACHE_DIR"] = ""  # the same render, kept nowhere
+    direct = codegen.render("cm_shape.py.j2", **params)
+    os.environ["SPECIALIZER_CACHE_DIR"] = sys.argv[2]
+    out.append([change, text == direct, len(list(kept.iterdir()))])
+    return text
+
+first = render("first", name="f", n=1, flag=True, kinds=["a", "b"])
+assert first.startswith("def f(x):"), first
+render("another-name", name="g__2", n=1, flag=True, kinds=["a", "b"])
+render("same-again", name="f", n=1, flag=True, kinds=["a", "b"])
+render("another-n", name="f", n=2, flag=True, kinds=["a", "b"])
+render("another-flag", name="f", n=1, flag=False, kinds=["a", "b"])
+render("another-kinds", name="f", n=1, flag=True, kinds=["a", "c"])
+render("one-more-parameter", name="f", n=1, flag=True, kinds=["a", "b"], other=True)
+(tpl / "cm_shape.py.j2").write_text((tpl / "cm_shape.py.j2").read_text() + "# edited\\n")
+render("template-file-edited", name="f", n=1, flag=True, kinds=["a", "b"])
+(tpl / "cm_other.j2").write_text("{# a template it does not use #}")
+render("another-template-file", name="f", n=1, flag=True, kinds=["a", "b"])
+codegen._jinja_identity = lambda: "another Jinja"
+codegen._IDENTITY.clear()  # (as a later process, which digests the files again)
+render("another-jinja", name="f", n=1, flag=True, kinds=["a", "b"])
+print(json.dumps(out))
+"""
+
+TEMPLATE = """\
+def {{ name }}(x):
+    {{ name }}_calls = 0
+    return x + {{ n }}{% if flag %} * 2{% endif %}{% for k in kinds %} + {{ k }}{% endfor %}
+{% if other is defined and other %}
+# the other branch
+{% endif %}
+"""
+
+
+def test_template_renders_on_disk_miss_on_each_input_alone_and_not_on_the_name(tmp_path):
+    """Row 'template renders on disk': the key is (the template files' and Jinja's identity,
+    the template, every parameter but the name); every kernel of one shape shares a render,
+    and each render is exactly the one Jinja gives with the name."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    tpl = tmp_path / "tpl"
+    tpl.mkdir()
+    (tpl / "cm_shape.py.j2").write_text(TEMPLATE)
+    cache = tmp_path / "cache"
+    env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(cache)}
+    env.pop("SPECIALIZER_PRECOMPILE_OUTPUT", None)
+    r = subprocess.run(
+        [sys.executable, "-c", RENDERS, str(tpl), str(cache)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert all(exact for _, exact, _ in seen), seen
+    kept = {change: n for change, _, n in seen}
+    assert kept == {
+        "first": 1,
+        "another-name": 1,
+        "same-again": 1,
+        "another-n": 2,
+        "another-flag": 3,
+        "another-kinds": 4,
+        "one-more-parameter": 5,
+        "template-file-edited": 6,
+        "another-template-file": 7,
+        "another-jinja": 8,
+    }

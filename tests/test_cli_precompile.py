@@ -148,3 +148,95 @@ def test_unknown_command_prints_usage():
     r = _python("-m", "specializer", "frobnicate")
     assert r.returncode == 2 and "usage: python -m specializer" in r.stderr
     assert "unknown command 'frobnicate'" in r.stderr
+
+
+# -- SPEC 6: the library's own disk caches write nothing while the mode is on ----------------
+
+# Turns the mode on as argv[1] says, then imports the back-ends, launches an OpenCL kernel,
+# looks one up with clfunction and calls it, and (argv[2] == "cuda") compiles a CUDA kernel
+# with NVRTC (no GPU needed); prints whether Jinja was imported (a render not on disk).
+ON_DISK_PROGRAM = textwrap.dedent("""
+    import contextlib, sys
+    import specializer as sp
+
+    how, cuda_too = sys.argv[1], sys.argv[2] == "cuda"
+    if how == "switch":
+        sp.precompile_output(True)
+    with sp.precompile_output() if how == "block" else contextlib.nullcontext():
+        assert sp.generating_output() == (how != "off"), how
+        import numpy as np
+        import pyopencl.array as cla
+        from specializer.backends import opencl as cl
+
+        @cl.kernel
+        def fill(x: cl.Array[np.float32], v: np.float32) -> str:
+            return "__kernel void fill(__global float *x, float v) { x[get_global_id(0)] = v; }"
+
+        x = cla.zeros(cl.default_queue(), 4, np.float32)
+        cl.launch(fill, x, np.float32(1), global_size=4)
+        assert x.get().tolist() == [1.0] * 4
+        hk = cl.clfunction(fill, (cl.Array[np.float32], np.float32))
+        hk(x, np.float32(2), global_size=4)
+        assert x.get().tolist() == [2.0] * 4
+        if cuda_too:
+            from specializer.backends import cuda
+
+            @cuda.kernel
+            def one(x: cuda.Array[np.float32]) -> str:
+                return 'extern "C" __global__ void one(float *x) { x[0] = 1; }'
+
+            ptx = cuda.code_ptx(one, (cuda.Array[np.float32],), arch="sm_80")
+            assert ".entry one" in ptx
+    print("jinja2" in sys.modules)
+""")
+
+
+def _cuda_too() -> str:
+    try:
+        import cuda.bindings  # noqa: F401
+    except ImportError:
+        return ""
+    return "cuda"
+
+
+def _on_disk(cache, how, mode_env=False):
+    env = {"SPECIALIZER_CACHE_DIR": str(cache)}
+    if mode_env:
+        env["SPECIALIZER_PRECOMPILE_OUTPUT"] = "1"
+    environ = {**os.environ, **env}
+    if not mode_env:
+        environ.pop("SPECIALIZER_PRECOMPILE_OUTPUT", None)
+    r = subprocess.run(
+        [sys.executable, "-c", ON_DISK_PROGRAM, how, _cuda_too()],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip() == "True"
+
+
+def _files(cache):
+    return {str(p.relative_to(cache)): p.read_bytes() for p in cache.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize("how", ["env", "switch", "block"])
+def test_precompile_mode_writes_nothing_to_the_disk_caches(tmp_path, how):
+    # from a fresh cache directory: an import, a launch, a clfunction and an NVRTC compile
+    # leave no rendered template, no compiled code, not even a directory
+    pytest.importorskip("pyopencl")
+    cache = tmp_path / "cache"
+    _on_disk(cache, "on" if how == "env" else how, mode_env=how == "env")
+    assert not cache.exists(), sorted(_files(cache))
+
+
+def test_a_render_kept_before_precompile_mode_is_read_while_it_is_on(tmp_path):
+    pytest.importorskip("pyopencl")
+    cache = tmp_path / "cache"
+    assert _on_disk(cache, "off")  # the first process renders (Jinja) and keeps the renders
+    kept = _files(cache)
+    assert any(name.startswith("templates") for name in kept)
+    # every render read from disk (Jinja never imported), nothing written or removed
+    assert not _on_disk(cache, "on", mode_env=True)
+    assert _files(cache) == kept

@@ -1578,16 +1578,28 @@ def test_the_default_directory_is_under_the_users_cache_directory(tmp_path, monk
     assert _diskcache.cache_dir() == tmp_path / "mine" / "cuda"
 
 
-def test_an_entry_holds_compiled_code_only_and_precompile_mode_writes_it(tmp_path, monkeypatch):
+def test_an_entry_holds_compiled_code_only_and_precompile_mode_reads_it_but_writes_none(
+    tmp_path, monkeypatch
+):
+    # SPEC 6: in precompile-output mode nothing generated is written to disk (no entry, no
+    # directory); a valid entry written before is still read
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
 
-    @cuda.kernel
-    def built_for_later(x: A[np.float32]) -> str:
-        return 'extern "C" __global__ void built_for_later(float *x) { x[0] = 4.0f; }'
+    def define():  # each time a new definition of the same source: compiled again
+        @cuda.kernel
+        def built_for_later(x: A[np.float32]) -> str:
+            return 'extern "C" __global__ void built_for_later(float *x) { x[0] = 4.0f; }'
 
+        return built_for_later
+
+    tt = (A[np.float32],)
+    later = type(_compiler._programs)
     with specializer.precompile_output():
         assert specializer.generating_output()
-        ptx = cuda.code_ptx(built_for_later, (A[np.float32],), arch=ARCH)
+        ptx = cuda.code_ptx(define(), tt, arch=ARCH)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(_compiler, "_programs", later())  # as in a later process
+    assert cuda.code_ptx(define(), tt, arch=ARCH) == ptx  # the mode off: written
     (path,) = (tmp_path / "cuda").iterdir()
     data = path.read_bytes()
     start = len(_diskcache._MAGIC) + 8
@@ -1599,6 +1611,12 @@ def test_an_entry_holds_compiled_code_only_and_precompile_mode_writes_it(tmp_pat
     # (The world's number itself may occur in PTX by chance; what holds is that no field can
     # carry it: the fields are exactly the ones above, and none is named for a world.)
     assert b"world" not in data[start : start + n]
+    monkeypatch.setattr(_compiler, "_programs", later())
+    compiles = _compiler.nvrtc_compiles()
+    with specializer.precompile_output():
+        assert cuda.code_ptx(define(), tt, arch=ARCH) == ptx
+    assert _compiler.nvrtc_compiles() == compiles  # read from disk in the mode
+    assert [p.name for p in tmp_path.rglob("*")] == ["cuda", path.name]
 
 
 def test_an_unwritable_cache_directory_never_fails_a_compile(tmp_path, monkeypatch):

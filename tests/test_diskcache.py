@@ -7,11 +7,15 @@ process would."""
 import json
 import os
 import pwd
+import random
 import shutil
 import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -236,3 +240,187 @@ def test_a_relative_xdg_cache_home_is_ignored(tmp_path):
     env["XDG_CACHE_HOME"] = str(tmp_path / "xdg")  # an absolute one is used
     _run(LOOKUP, env=env, unset=("SPECIALIZER_CACHE_DIR",), cwd=work)
     assert any((tmp_path / "xdg" / "specializer" / "templates").iterdir())
+
+
+# -- SPEC 9: the caches grow with what is distinct, under a bound, least recently used out ---
+
+# Factory kernels (closures made by one factory, each its own kernel) of one signature,
+# launched on OpenCL: the files after the first few, then after all of them.
+FACTORY = textwrap.dedent("""
+    import pathlib, sys
+    import numpy as np
+    import pyopencl.array as cla
+    from specializer.backends import opencl as cl
+
+    def make(v):
+        @cl.kernel
+        def fill(x: cl.Array[np.float32]) -> str:
+            return f"__kernel void fill(__global float *x) {{ x[get_global_id(0)] = {v}.0f; }}"
+        return fill
+
+    def files():
+        return sum(1 for p in pathlib.Path(sys.argv[1]).rglob("*") if p.is_file())
+
+    x = cla.zeros(cl.default_queue(), 4, np.float32)
+    counts = []
+    for i in range(300):
+        cl.launch(make(i % 3), x, global_size=4)  # three device sources among them
+        assert x.get().tolist() == [float(i % 3)] * 4
+        if i in (2, 299):
+            counts.append(files())
+    print(*counts)
+""")
+
+
+def test_factory_kernels_of_one_signature_add_no_files_to_the_disk_caches(tmp_path):
+    cache = tmp_path / "cache"
+    after_3, after_300 = map(
+        int, _run(FACTORY, cache, env={"SPECIALIZER_CACHE_DIR": cache}).split()
+    )
+    assert after_3 == after_300 < 10
+
+
+@pytest.fixture
+def caches(tmp_path, monkeypatch):
+    """The two caches' directories in an empty cache directory, with the default bound."""
+    from specializer import diskcache
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("SPECIALIZER_CACHE_MAXSIZE", raising=False)
+    monkeypatch.delenv("SPECIALIZER_PRECOMPILE_OUTPUT", raising=False)
+    return diskcache.private_dir("templates", True), diskcache.private_dir("cuda", True)
+
+
+def _entries(*directories):
+    return sorted(p.name for d in directories for p in d.iterdir())
+
+
+def test_a_bound_below_the_size_evicts_the_least_recently_used_entries_first(caches, monkeypatch):
+    from specializer import diskcache
+
+    templates, cuda = caches
+    payload = b"x" * 1000
+    hour_ago = (time.time() - 3600) * 1e9
+    for i in range(6):  # one bound for both caches: entries alternate between them
+        d = caches[i % 2]
+        assert diskcache.write_entry(d, f"e{i}", payload)
+        t = int(hour_ago + i * 1e9)  # e0 written first, e5 last
+        os.utime(d / f"e{i}", ns=(t, t))
+    assert diskcache.read_entry(templates, "e0", 1 << 20) == payload  # e0 used: now the newest
+    size = (templates / "e0").stat().st_size
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", str(4 * size))  # room for four of seven
+    assert diskcache.write_entry(cuda, "e6", payload)
+    assert _entries(templates, cuda) == ["e0", "e4", "e5", "e6"]
+    assert diskcache.read_entry(templates, "e2", 1 << 20) is None  # evicted: a miss
+
+
+@pytest.mark.parametrize(
+    "value, size",
+    [
+        ("4096", 4096),
+        ("100B", 100),
+        ("64k", 64 << 10),
+        ("64KiB", 64 << 10),
+        ("512M", 512 << 20),
+        (" 2g ", 2 << 30),
+        ("1.5GB", 3 << 29),
+        ("0", 0),
+        ("", 1 << 30),
+    ],
+)
+def test_the_size_bound_is_read_from_the_environment(value, size, monkeypatch):
+    from specializer import diskcache
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", value)
+    assert diskcache.max_size() == size
+    monkeypatch.delenv("SPECIALIZER_CACHE_MAXSIZE")
+    assert diskcache.max_size() == diskcache.DEFAULT_MAX_SIZE == 1 << 30
+
+
+@pytest.mark.parametrize("value", ["lots", "-1", "1X", "5 G B", "0x10"])
+def test_a_bad_size_bound_warns_once_naming_it_and_keeps_the_default(value, monkeypatch):
+    from specializer import diskcache
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", value)
+    monkeypatch.setattr(diskcache, "_warned", set())
+    with pytest.warns(RuntimeWarning, match=rf"SPECIALIZER_CACHE_MAXSIZE='{value}' is not a size"):
+        assert diskcache.max_size() == diskcache.DEFAULT_MAX_SIZE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert diskcache.max_size() == diskcache.DEFAULT_MAX_SIZE  # warned once
+
+
+def test_a_bound_of_zero_keeps_nothing(caches, monkeypatch):
+    from specializer import diskcache
+
+    templates, cuda = caches
+    assert diskcache.write_entry(templates, "old", b"x")
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", "0")
+    assert not diskcache.write_entry(cuda, "new", b"x")
+    assert diskcache.read_entry(cuda, "new", 1 << 20) is None
+    assert _entries(templates, cuda) == ["old"]  # (removed at the next write that fits)
+
+
+def test_entries_evicted_under_readers_and_writers_are_misses_never_errors(caches, monkeypatch):
+    from specializer import diskcache
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", "6k")  # about five entries of the twenty
+    payloads = {f"k{i}": bytes([i]) * 1000 for i in range(20)}
+    errors, seen = [], []
+
+    def work(seed):
+        rng = random.Random(seed)
+        try:
+            for _ in range(300):
+                name = rng.choice(list(payloads))
+                d = caches[rng.randrange(2)]
+                if rng.random() < 0.5:
+                    diskcache.write_entry(d, name, payloads[name])
+                else:
+                    got = diskcache.read_entry(d, name, 1 << 20)
+                    assert got in (None, payloads[name])
+                    seen.append(got is not None)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert any(seen) and not all(seen)  # hits and misses both
+    total = sum(p.stat().st_size for d in caches for p in d.iterdir())
+    assert total <= 6 << 10
+
+
+def test_a_process_counts_the_caches_size_and_looks_again_when_over_or_at_another_root(
+    caches, monkeypatch, tmp_path
+):
+    # Row 'the disk caches' size as counted': a write adds to the count; another process's
+    # writes are seen when the count goes over the bound (the directory is looked at again),
+    # and a write under another root looks at that root first.
+    from specializer import diskcache
+
+    templates, cuda = caches
+    payload = b"x" * 1000
+    assert diskcache.write_entry(templates, "mine0", payload)  # the first write looks
+    size = (templates / "mine0").stat().st_size
+    assert diskcache._usage == [(str(tmp_path), size)]
+    old = int((time.time() - 3600) * 1e9)
+    for i in range(3):  # another process's entries, older than mine: not counted here
+        (cuda / f"other{i}").write_bytes(payload)
+        os.utime(cuda / f"other{i}", ns=(old + i, old + i))
+    os.utime(templates / "mine0", ns=(old + 10, old + 10))
+    monkeypatch.setenv("SPECIALIZER_CACHE_MAXSIZE", str(5 * size // 2))
+    assert diskcache.write_entry(templates, "mine1", payload)  # counted 2: under the bound
+    assert diskcache._usage == [(str(tmp_path), 2 * size)]
+    assert _entries(templates, cuda) == ["mine0", "mine1", "other0", "other1", "other2"]
+    assert diskcache.write_entry(templates, "mine2", payload)  # counted 3: looks, evicts
+    assert _entries(templates, cuda) == ["mine1", "mine2"]  # the oldest first, mine0 too
+    assert diskcache._usage == [(str(tmp_path), 2 * size)]
+    elsewhere = tmp_path / "elsewhere"
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(elsewhere))
+    d = diskcache.private_dir("templates", True)
+    assert diskcache.write_entry(d, "there", payload)
+    assert diskcache._usage == [(str(elsewhere), size)]

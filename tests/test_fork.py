@@ -291,3 +291,107 @@ def test_the_lock_check_sees_each_way_to_make_a_lock():
         "from threading import RLock",
         "threading.Lock",
     ]
+
+
+# -- a fork while another thread imports a dependency ----------------------------------------
+
+# Imported with every render on disk (no Jinja), then each round in a process of its own with
+# the disk caches off: a thread makes first lookups (its first render imports Jinja) while the
+# round forks children, a few milliseconds apart, that each define a kernel and launch it for
+# the first time (renders of their own, which need Jinja). A child forked while the thread was
+# importing Jinja would wait for ever on Jinja's import lock. Prints the children that did
+# not finish in time and those that failed, per round.
+IMPORTING = """
+import os, sys, threading, time
+import numpy as np
+from pybackend import kernel, py, pyfunction
+
+assert "jinja2" not in sys.modules, "a render at import was not on disk"
+ROUNDS, CHILDREN, DEADLINE = 3, 16, 10.0
+
+def first_lookups(stop):
+    while not stop.is_set():
+        @kernel
+        def looked_up(x: np.float32) -> str:
+            return "def looked_up(x):\\n    return x"
+
+        pyfunction(looked_up, (np.float32,))
+
+def child():
+    @py.kernel
+    def put(x: py.Array[np.float32]) -> str:
+        return "def put(i, x): x[i] = 7"
+
+    x = np.zeros(2, np.float32)
+    py.launch(put, x, size=2)
+    return x.tolist() == [7.0, 7.0]
+
+def one_round():
+    os.environ["SPECIALIZER_CACHE_DIR"] = ""  # every render from here on needs Jinja
+    stop = threading.Event()
+    thread = threading.Thread(target=first_lookups, args=(stop,))
+    thread.start()
+    pids = []
+    for _ in range(CHILDREN):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                ok = child()
+            except BaseException:
+                ok = False
+            os._exit(0 if ok else 1)
+        pids.append(pid)
+        time.sleep(0.002)
+    stop.set()
+    thread.join()
+    end = time.monotonic() + DEADLINE
+    hung = failed = 0
+    for pid in pids:
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() > end:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                hung += 1
+                break
+            time.sleep(0.01)
+        else:
+            failed += os.waitstatus_to_exitcode(done[1]) != 0
+    return hung, failed
+
+rounds = []
+for _ in range(ROUNDS):  # each round in a process that has not imported Jinja
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            os.write(w, repr(one_round()).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(pid, 0)
+    rounds.append(os.read(r, 100).decode())
+    os.close(r)
+print(rounds)
+"""
+
+
+def test_a_fork_while_another_thread_imports_jinja_never_hangs(tmp_path):
+    # SPEC 9: a fork never hangs, also while another thread was importing one of the
+    # library's dependencies (a fork imports Jinja first, waiting for that thread's import)
+    tests = Path(__file__).resolve().parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)]),
+        "SPECIALIZER_CACHE_DIR": str(tmp_path),
+    }
+    env.pop("SPECIALIZER_PRECOMPILE_OUTPUT", None)
+    warm = subprocess.run(
+        [sys.executable, "-c", "import pybackend"], env=env, capture_output=True, text=True
+    )
+    assert warm.returncode == 0, warm.stderr
+    r = subprocess.run(
+        [sys.executable, "-c", IMPORTING], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() and ast.literal_eval(r.stdout) == ["(0, 0)"] * 3, r.stdout

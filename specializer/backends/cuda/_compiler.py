@@ -78,7 +78,7 @@ import numpy as np
 
 from ... import includes
 from ...compiler import Artifact, Backend, CompileError, CompilerConfig, CompilerJob
-from ...locks import new_lock
+from ...locks import import_before_fork, new_lock
 from ...types import Struct, type_name
 from . import _diskcache, _driver
 from ._array import Array
@@ -91,6 +91,8 @@ except ImportError as e:  # pragma: no cover - the cuda extra is installed where
     raise ImportError(
         f"the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' ({e})"
     ) from e
+
+import_before_fork("cuda.pathfinder")  # imported at the first compile (_locate): see locks
 
 __all__ = [
     "BACKEND",

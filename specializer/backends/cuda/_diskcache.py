@@ -22,11 +22,10 @@ entry that cannot be read, is cut short or fails its digest is ignored (a miss) 
 written again after the compile. A directory that cannot be created or written makes
 the cache a no-op: it never makes a compilation fail.
 
-Precompile-output mode (:func:`specializer.generating_output`): the disk cache reads and
-writes as usual. What that mode guards against, results tied to this process's worlds
-or devices being saved with the build, cannot happen here: an entry holds compiled
-code keyed by its full inputs, and writing compiled code for later runs is what a build
-is for.
+Precompile-output mode (:func:`specializer.generating_output`): nothing generated is
+written to disk while it is on (SPEC 6), so a compilation stores no entry (and makes no
+directory); a valid entry is still read. The entries share one size bound with the other
+disk cache, least recently used out first (:func:`specializer.diskcache.max_size`).
 """
 
 from __future__ import annotations
@@ -123,7 +122,8 @@ def load(key: str) -> dict[str, Any] | None:
 
 def store(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bool:
     """Write the entry of ``key`` atomically, ``0600`` in a ``0700`` directory; whether it was
-    written (never raises: a cache that cannot be written is no cache)."""
+    written (never raises: a cache that cannot be written is no cache; nothing is written in
+    precompile-output mode)."""
     d = diskcache.private_dir("cuda", create=True)
     if d is None:
         return False
