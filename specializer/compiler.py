@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
+from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
@@ -371,6 +372,7 @@ def _sweep(ended: list[Any], after: bool) -> None:
 
 
 _on_invalidate.append(_sweep)
+_world.on_unpinned.append(partial(_sweep, [], True))  # a pin died: release what it kept
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
