@@ -106,6 +106,8 @@ class _Pin(list):  # type: ignore[type-arg]
     def __init__(self, world: int) -> None:
         super().__init__((None,))
         self.world = world
+        if _dead_pins:
+            _forget_dead_pins()  # the registry holds the live pins and few dead ones
         _pins[weakref.ref(self, _dead_pins.append)] = world
 
 
@@ -231,6 +233,7 @@ def bump() -> int:
 def pinned_worlds() -> frozenset[int]:
     """The worlds of the pins in force (held by a live context: a call inside
     ``invoke_in_world``, a task or context made inside one)."""
+    _forget_dead_pins()
     return frozenset(w for r, w in _pins.copy().items() if r() is not None)
 
 
