@@ -101,7 +101,7 @@ class _Pin(list):  # type: ignore[type-arg]
     in force) until it dies."""
 
     __slots__ = ("__weakref__", "world")
-    __hash__ = object.__hash__  # by identity: a weak reference to it is a registry key
+    __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a registry key
 
     def __init__(self, world: int) -> None:
         super().__init__((None,))
@@ -189,7 +189,7 @@ def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
     cell = _task.get()
     if cell.__class__ is _Pin:
-        return cell.world  # type: ignore[attr-defined, no-any-return]
+        return cell.world
     return STATE.latest
 
 
