@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
-from functools import partial
 from typing import Any, Protocol
 
 from . import world as _world
@@ -372,7 +371,17 @@ def _sweep(ended: list[Any], after: bool) -> None:
 
 
 _on_invalidate.append(_sweep)
-_world.on_unpinned.append(partial(_sweep, [], True))  # a pin died: release what it kept
+
+
+def _release_for_dead_pins() -> None:
+    """A pin died: release the closed code kept for it (nothing to do, and no lock taken,
+    while no closed code is kept: the usual case of a miss's own pin)."""
+    if _retained:
+        with _world.lock():
+            _sweep([], True)
+
+
+_world.on_unpinned.append(_release_for_dead_pins)
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:

@@ -124,8 +124,10 @@ task_cell = _task.get
 #: thread and on free-threaded builds), queues it, and :func:`settle` drops the entry.
 _pins: dict[weakref.ref[_Pin], int] = {}
 _dead_pins: list[weakref.ref[_Pin]] = []
-#: What releases code kept for pins that died (the compiled-code cache registers its sweep);
-#: run by :func:`settle` with :func:`lock` held.
+#: Set when a dead pin's entry is dropped, until :func:`settle` releases what it kept.
+_unreleased: list[bool] = [False]
+#: What releases code kept for pins that died (the compiled-code cache registers its sweep,
+#: which takes :func:`lock` when it has something to release); run by :func:`settle`.
 on_unpinned: list[Callable[[], object]] = []
 
 
@@ -157,10 +159,11 @@ def settle() -> None:
     """What the slow path does first: :func:`refresh`, and, if a pin died since, release the
     code kept for it (:data:`on_unpinned`)."""
     refresh()
-    if _dead_pins:
+    if _dead_pins or _unreleased[0]:
         _forget_dead_pins()
-        with _lock():
-            _release_unpinned()
+        _unreleased[0] = False  # before the release: a pin forgotten during it sets it again
+        for release in on_unpinned:
+            release()
 
 
 def _forget_dead_pins() -> None:
@@ -170,11 +173,7 @@ def _forget_dead_pins() -> None:
         except IndexError:
             return
         _pins.pop(ref, None)
-
-
-def _release_unpinned() -> None:
-    for release in on_unpinned:
-        release()
+        _unreleased[0] = True
 
 
 # -- the counter and pins ------------------------------------------------------------------

@@ -539,3 +539,23 @@ def test_an_unpinned_threads_hits_stay_hits_while_another_task_holds_a_pin():
     assert ctx.run(site) == (w,) and len(calls) == 2  # the pinned context's own lookup
     assert [site() for _ in range(10)] == [(latest(),)] * 10 and len(calls) == 2
     del ctx
+
+
+def test_code_kept_for_a_dead_pin_is_released_also_when_a_new_pin_forgot_it_first():
+    """A pin made (or pinned_worlds() read) after another died drops the dead entry; the
+    code kept for the dead one is still released by the next slow path."""
+    from specializer import compiler
+
+    k, w, run = _old_and_new("forgotten_first")
+    ctx = invoke_in_world(w, contextvars.copy_context)
+    assert ctx.run(run, k, 1) == "old"
+    bump()
+    (ci,) = [c for c in compiler._retained if c.mi.method.gf is k]
+    artifact = weakref.ref(ci.artifact)
+    del ci
+    del ctx
+    gc.collect()
+    assert invoke_in_world(latest(), specializer.world.pinned_worlds) == frozenset({latest()})
+    run(_old_and_new("forgotten_first_other")[0], 1)  # a slow path
+    gc.collect()
+    assert artifact() is None
