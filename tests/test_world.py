@@ -559,3 +559,81 @@ def test_code_kept_for_a_dead_pin_is_released_also_when_a_new_pin_forgot_it_firs
     run(_old_and_new("forgotten_first_other")[0], 1)  # a slow path
     gc.collect()
     assert artifact() is None
+
+
+# -- a block ends when its with statement is gone (SPEC 9) ----------------------------------
+
+
+def _cached_site_hits_again() -> bool:
+    """A cached lookup takes one slow path, then hits; the hot path is back."""
+    from specializer import cached_lookup
+
+    F = GenericFunction("after_a_dead_block")
+    calls = []
+
+    def site():
+        return cached_lookup(lambda: calls.append(1) or (current(),), tuple, F, (), "k")
+
+    site()
+    n = len(calls)
+    site()
+    return len(calls) == n and specializer.world.WORLD[0] == latest()
+
+
+def test_a_hook_block_whose_exit_never_ran_ends_with_its_object():
+    """As when an interrupt lands at the first instruction of ``__exit__``: the with
+    statement is gone, its object with it, and so is the block."""
+    from specializer import device_code
+    from specializer import world as world_module
+
+    seen = []
+    block = device_code(lambda job, artifact: seen.append(job.name))
+    block.__enter__()
+    assert world_module.hooks() and world_module.WORLD[0] is None
+    del block
+    gc.collect()
+    assert world_module.hooks() == [] and not world_module.bypassing()
+    assert _cached_site_hits_again()  # one slow path brings the hot path back
+    k, w, run = _old_and_new("after_dead_hook")
+    run(k, 1)
+    assert seen == []
+
+
+def test_a_precompile_block_whose_exit_never_ran_leaves_the_mode_as_before():
+    from specializer import generating_output, precompile_output
+
+    for flag in (None, True, False):
+        block = precompile_output(flag) if flag is not None else precompile_output()
+        block.__enter__()
+        assert generating_output() is (flag is not False)
+        del block
+        gc.collect()
+        assert not generating_output()
+        assert _cached_site_hits_again()
+
+
+def test_blocks_entered_in_two_threads_each_end_with_their_object():
+    from specializer import device_code
+    from specializer import world as world_module
+
+    ready, go, done = threading.Event(), threading.Event(), threading.Event()
+
+    def other():
+        with device_code(lambda job, artifact: None):
+            ready.set()
+            go.wait(10)
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert ready.wait(10)
+    mine = device_code(lambda job, artifact: None)
+    mine.__enter__()
+    assert len(world_module.hooks()) == 2
+    del mine
+    gc.collect()
+    assert len(world_module.hooks()) == 1  # the other thread's block is still on
+    go.set()
+    t.join(10)
+    assert done.is_set() and world_module.hooks() == []
+    assert _cached_site_hits_again()
