@@ -594,7 +594,7 @@ def test_a_hook_block_whose_exit_never_ran_ends_with_its_object():
     gc.collect()
     assert world_module.hooks() == [] and not world_module.bypassing()
     assert _cached_site_hits_again()  # one slow path brings the hot path back
-    k, w, run = _old_and_new("after_dead_hook")
+    k, _w, run = _old_and_new("after_dead_hook")
     run(k, 1)
     assert seen == []
 
