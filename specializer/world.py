@@ -96,19 +96,12 @@ _lock = new_lock()
 
 
 class _Pin(list):  # type: ignore[type-arg]
-    """A pinned task's cell: holds None (the hot path misses); its world is ``world``. In
-    force while a context holds it; registered in :data:`_pins` from its making (before it is
-    in force) until it dies."""
+    """A pinned task's cell, ``[None, world]``: ``[0]`` is None (the hot path misses), ``[1]``
+    its world. Made by list's own constructor (no Python frame that an interrupt could keep
+    in a traceback with the pin in it); in force while a context holds it."""
 
-    __slots__ = ("__weakref__", "world")
+    __slots__ = ("__weakref__",)
     __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a registry key
-
-    def __init__(self, world: int) -> None:
-        super().__init__((None,))
-        self.world = world
-        if _dead_pins:
-            _forget_dead_pins()  # the registry holds the live pins and few dead ones
-        _pins[weakref.ref(self, _dead_pins.append)] = world
 
 
 _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
@@ -186,9 +179,9 @@ def latest() -> int:
 
 def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
-    cell = _task.get()
-    if cell.__class__ is _Pin:
-        return cell.world
+    # The cell is never bound to a name: a traceback of an interrupt here would keep the pin.
+    if _task.get().__class__ is _Pin:
+        return _task.get()[1]  # type: ignore[no-any-return]
     return STATE.latest
 
 
@@ -266,9 +259,13 @@ def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: A
 
 
 def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-    # The pin registers itself as it is made, before it is in force (code of its world is
-    # kept from there on); it dies with the last context that holds it.
-    _task.set(_Pin(world))
+    # Set, then registered before fn runs (code of its world is kept from there on): an
+    # interrupt between the two ends the call before anything could copy this context, and
+    # the pin dies with it. The pin dies with the last context that holds it.
+    _task.set(_Pin((None, world)))
+    if _dead_pins:
+        _forget_dead_pins()  # the registry holds the live pins and few dead ones
+    _pins[weakref.ref(_task.get(), _dead_pins.append)] = world  # type: ignore[arg-type]
     return fn(*args, **kwargs)
 
 

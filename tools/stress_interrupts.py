@@ -68,6 +68,7 @@ class Stress:
         self.lookups = 0
         self.durations: dict[str, float] = {}
         self.w0 = latest()  # the first world where everything is defined
+        self.attempt = self.leaf_attempt = 0  # the definitions last begun
 
     # -- what is defined -------------------------------------------------------------------
 
@@ -162,7 +163,7 @@ class Stress:
             elif got != self.version:
                 self.problem(f"{where}: kernel returns version {got}, not {self.version}")
         leaf_stopped = op == "op_define_leaf" and interrupted
-        if leaf_stopped and self.call(1)[1] == getattr(self, "leaf_attempt", None):
+        if leaf_stopped and self.call(1)[1] == self.leaf_attempt:
             self.leaf_version = self.leaf_attempt
         got = self.call(1)
         if got != (self.version, self.leaf_version):
@@ -243,7 +244,10 @@ class Stress:
                 else:
                     self.durations[op] = time.perf_counter() - t
                 n_before = len(self.problems)
-                self.check(op, interrupted, survived + 1)
+                try:
+                    self.check(op, interrupted, survived + 1)
+                except Exception as e:  # a check that cannot even run is a problem too
+                    self.problem(f"after {op} (interrupted: {interrupted}): {e!r}")
                 if interrupted:
                     survived += 1
                 if verbose and len(self.problems) > n_before:
