@@ -226,7 +226,13 @@ def pinned_worlds() -> frozenset[int]:
     """The worlds of the pins in force (held by a live context: a call inside
     ``invoke_in_world``, a task or context made inside one)."""
     _forget_dead_pins()
-    return frozenset(w for r, w in _pins.copy().items() if r() is not None)
+    worlds = set()
+    for r, w in _pins.copy().items():
+        if r() is not None:
+            worlds.add(w)
+        else:  # queued but not yet dropped, or lost from the queue by an interrupt
+            _pins.pop(r, None)
+    return frozenset(worlds)
 
 
 def pins() -> int:

@@ -224,6 +224,7 @@ class Stress:
         survived, runs = 0, 0
         deadline = None if seconds is None else time.monotonic() + seconds
         gc.collect()
+        gc.disable()  # a collection's callbacks and finalizers would swallow the interrupt
         try:
             while survived < interrupts and (deadline is None or time.monotonic() < deadline):
                 op = self.rnd.choice(self.OPS)
@@ -257,6 +258,7 @@ class Stress:
             armed[0] = False
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, old)
+            gc.enable()
         return survived
 
 
