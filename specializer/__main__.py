@@ -468,8 +468,14 @@ def collect_device_sources() -> dict[DeviceSource, None]:
         options = "" if job.config.options in ((), None) else repr(job.config.options)
         found.setdefault(DeviceSource(job.config.backend.name, kernel, options, artifact.source))
 
-    device_code(record).__enter__()  # never left: the hook lasts as long as the program
+    hook = device_code(record)
+    hook.__enter__()  # never left: the hook lasts as long as the program, which keeps it
+    _kept_blocks.append(hook)  # a block ends when its object dies
     return found
+
+
+#: Blocks entered for the rest of the program (a block is active while its object lives).
+_kept_blocks: list[Any] = []
 
 
 def device_files(found: Iterable[DeviceSource]) -> list[tuple[str, str]]:

@@ -373,6 +373,17 @@ def _sweep(ended: list[Any], after: bool) -> None:
 _on_invalidate.append(_sweep)
 
 
+def _release_for_dead_pins() -> None:
+    """A pin died: release the closed code kept for it (nothing to do, and no lock taken,
+    while no closed code is kept: the usual case of a miss's own pin)."""
+    if _retained:
+        with _world.lock():
+            _sweep([], True)
+
+
+_world.on_unpinned.append(_release_for_dead_pins)
+
+
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
     """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
     and its linked form for ``context`` (linked on a miss). Compile hooks see every call.

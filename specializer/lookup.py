@@ -85,8 +85,7 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"{type_name(type(key))}: it takes keys of type {type_name(spec.K)} (specialize "
             "once per key type, or use cached_lookup, which does)"
         )
-    _world.unpin_ended()  # a task that outlived its pin: the hot path again from now on
-    _world.refresh()  # a publication interrupted between its stores: set WORLD again
+    _world.settle()  # WORLD set again (an interrupted publication, a dead block); dead pins
     w = _world.current()  # the one world this call runs in
     bypass = _world.bypassing()
     if not bypass:  # a pinned task's hit: its world's entry, compared by value

@@ -39,8 +39,12 @@ class precompile_output(_world.Block):
     active block.
 
     ``precompile_output(True)`` / ``precompile_output(False)`` switch the mode at once (a
-    build script's toggle), until the next switch; used as a block, it is also the innermost
-    block while it lasts, and its switch is undone on exit (the previous one is restored).
+    build script's toggle), until the next switch; used as a block, it is the innermost block
+    while it lasts, and its switch is undone as the block begins (the previous one restored,
+    in the same publication), so the mode after the block is the one before it.
+
+    A block ends with its with statement, whether or not ``__exit__`` runs (the state holds
+    it weakly): an interrupt never leaves the mode on.
     """
 
     kind = "precompile"
@@ -53,12 +57,17 @@ class precompile_output(_world.Block):
         self._previous = _world.switch_precompile(bool(on)) if self._switch else None
 
     def __enter__(self) -> precompile_output:
-        self._begin()  # the innermost block rules inside it, whatever the switches say
+        # The innermost block rules inside it, whatever the switches say; a switch's block
+        # restores the previous switch as it begins, so nothing is left to do on exit.
+        if self._switch:
+            self._begin(switch=self._previous)
+        else:
+            self._begin()
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         self._end()
-        if self._switch:
+        if self._switch and not self._begun:  # a switch ended without a block: undo it
             _world.switch_precompile(self._previous)
 
 

@@ -20,9 +20,22 @@ State is published, not patched: the process-wide state is one immutable snapsho
 derived from it: cleared before each publication and set after, so an interrupt between the
 two leaves None, which only costs a slow path (which sets it again: :func:`refresh`).
 
-A pin is in force from its ``invoke_in_world`` call until that call returns, whatever keeps
-its context afterwards (a task or callback started inside, a stored traceback): those run in
-the latest world once the call has returned.
+A pin lives in the context: it is in force in every context that holds it, for as long as
+one can run code. ``invoke_in_world`` runs its call in a copy of the caller's context with a
+new pin set; a task, a callback or a ``copy_context()`` made inside copies that context, and
+so keeps the pin's world for its whole life, also after the call returned and the world rose
+(as a Julia task keeps the world it was created in). A plain generator runs in the context of
+whoever resumes it; a new thread starts unpinned. No frame of the library holds a pin in a
+local, so a stored traceback or exception keeps none; when the last context holding a pin is
+gone, the pin dies, its weak reference's callback drops it from :data:`_pins` (lock-free), and
+the next slow path or definition releases the code kept for its world (:func:`settle`).
+
+A with-block (a compile hook, a precompile block) is active while the object its with
+statement holds is alive and has not ended: :data:`STATE` holds weak references to the blocks,
+and :func:`hooks` and :func:`bypassing` see the live ones only. A block whose ``__exit__`` never
+ran (an interrupt at its first instruction, CPython 3.13 skipping it) ends when its with
+statement is gone; ``WORLD`` stays None until the next slow path republishes the state
+without it (:func:`refresh`), which brings the hot path back by itself.
 """
 
 from __future__ import annotations
@@ -31,7 +44,6 @@ import contextvars
 import os
 import weakref
 from collections.abc import Callable
-from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from .locks import new_lock, renew_all
@@ -63,8 +75,9 @@ class _State(NamedTuple):
 
     #: the global counter
     latest: int
-    #: the with-blocks that have begun and not ended, in order of entry
-    blocks: tuple[Block, ...]
+    #: weak references to the with-blocks that have begun and not ended, in order of entry
+    #: (a dead one counts for nothing: its with statement is gone)
+    blocks: tuple[weakref.ref[Block], ...]
     #: precompile-output mode as the environment variable sets it
     precompile_env: bool
     #: the mode as last switched outright (``precompile_output(flag)``), or None
@@ -83,15 +96,12 @@ _lock = new_lock()
 
 
 class _Pin(list):  # type: ignore[type-arg]
-    """A pinned task's cell: holds None (the hot path misses); its world is ``world`` while
-    ``live`` (until its ``invoke_in_world`` call returns)."""
+    """A pinned task's cell, ``[None, world]``: ``[0]`` is None (the hot path misses), ``[1]``
+    its world. Made by list's own constructor (no Python frame that an interrupt could keep
+    in a traceback with the pin in it); in force while a context holds it."""
 
-    __slots__ = ("__weakref__", "live", "world")
-
-    def __init__(self, world: int) -> None:
-        super().__init__((None,))
-        self.world = world
-        self.live = True
+    __slots__ = ("__weakref__",)
+    __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a registry key
 
 
 _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
@@ -101,9 +111,17 @@ _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
 #: where the slow path must decide (a pin, a hook, precompile mode).
 task_cell = _task.get
 
-#: The live pins: ``id(pin) -> (its world, a weak reference to it)``; an entry goes when its
-#: call returns, or when the pin dies (the reference's callback), whichever comes first.
-_pins: dict[int, tuple[int, weakref.ref[_Pin]]] = {}
+#: The pins: ``weak reference -> its world``. A pin's entry counts while the pin lives (a
+#: dead one is skipped by every reader); the reference's callback, ``_dead_pins.append`` (C
+#: code: no Python frame an interrupt could stop, no lock, safe from the collector in any
+#: thread and on free-threaded builds), queues it, and :func:`settle` drops the entry.
+_pins: dict[weakref.ref[_Pin], int] = {}
+_dead_pins: list[weakref.ref[_Pin]] = []
+#: Set when a dead pin's entry is dropped, until :func:`settle` releases what it kept.
+_unreleased: list[bool] = [False]
+#: What releases code kept for pins that died (the compiled-code cache registers its sweep,
+#: which takes :func:`lock` when it has something to release); run by :func:`settle`.
+on_unpinned: list[Callable[[], object]] = []
 
 
 def lock() -> Any:
@@ -112,21 +130,43 @@ def lock() -> Any:
 
 
 def _publish(state: _State) -> None:
-    """Publish a new snapshot. Call with :func:`lock` held. WORLD is cleared before and set
-    after: None in between is always safe (a slow path)."""
+    """Publish a new snapshot (without the blocks that died). Call with :func:`lock` held.
+    WORLD is cleared before and set after: None in between is always safe (a slow path)."""
     global STATE
     WORLD[0] = None
-    STATE = state
-    WORLD[0] = None if _bypassing(state) else state.latest
+    STATE = state._replace(blocks=_live(state.blocks))
+    WORLD[0] = None if _bypassing(STATE) else STATE.latest
 
 
 def refresh() -> None:
-    """Set WORLD again if a publication was interrupted between its stores (the slow path
-    calls this when it finds None and nothing needs it)."""
+    """Set WORLD again if a publication was interrupted between its stores, or a block died
+    without its ``__exit__`` (the slow path calls this when it finds None and nothing needs
+    it): the state is published again, without the dead blocks."""
     if WORLD[0] is None and not _bypassing(STATE):
         with _lock():
             if not _bypassing(STATE):
-                WORLD[0] = STATE.latest
+                _publish(STATE)
+
+
+def settle() -> None:
+    """What the slow path does first: :func:`refresh`, and, if a pin died since, release the
+    code kept for it (:data:`on_unpinned`)."""
+    refresh()
+    if _dead_pins or _unreleased[0]:
+        _forget_dead_pins()
+        _unreleased[0] = False  # before the release: a pin forgotten during it sets it again
+        for release in on_unpinned:
+            release()
+
+
+def _forget_dead_pins() -> None:
+    while _dead_pins:
+        try:
+            ref = _dead_pins.pop()  # each pop is atomic: another thread may take the last
+        except IndexError:
+            return
+        _pins.pop(ref, None)
+        _unreleased[0] = True
 
 
 # -- the counter and pins ------------------------------------------------------------------
@@ -139,9 +179,9 @@ def latest() -> int:
 
 def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
-    cell = _task.get()
-    if isinstance(cell, _Pin) and cell.live:
-        return cell.world
+    # The cell is never bound to a name: a traceback of an interrupt here would keep the pin.
+    if _task.get().__class__ is _Pin:
+        return _task.get()[1]  # type: ignore[no-any-return]
     return STATE.latest
 
 
@@ -183,13 +223,21 @@ def bump() -> int:
 
 
 def pinned_worlds() -> frozenset[int]:
-    """The worlds of the pins in force (tasks inside ``invoke_in_world``)."""
-    return frozenset(w for w, _ in _pins.copy().values())
+    """The worlds of the pins in force (held by a live context: a call inside
+    ``invoke_in_world``, a task or context made inside one)."""
+    _forget_dead_pins()
+    worlds = set()
+    for r, w in _pins.copy().items():
+        if r() is not None:
+            worlds.add(w)
+        else:  # queued but not yet dropped, or lost from the queue by an interrupt
+            _pins.pop(r, None)
+    return frozenset(worlds)
 
 
 def pins() -> int:
     """How many pins are in force."""
-    return len(_pins)
+    return sum(r() is not None for r in _pins.copy())
 
 
 def _check_world(world: object) -> int:
@@ -209,26 +257,22 @@ def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: A
     """Run ``fn(*args, **kwargs)`` pinned to ``world`` (an existing, possibly older, world).
 
     ``fn`` runs in a copy of the calling context in which the pin is set (so context
-    variables it sets stay in that copy); the pin ends when the call returns."""
-    # The context is never bound to a name here: a traceback keeps this frame's locals.
+    variables it sets stay in that copy); what copies that context inside the call (a task,
+    a callback, ``contextvars.copy_context()``) keeps the pin for its whole life."""
+    # Neither the context nor the pin is ever bound to a name here: a traceback keeps this
+    # frame's locals, and a stored exception must keep no pin.
     return contextvars.copy_context().run(_pinned, _check_world(world), fn, args, kwargs)
 
 
 def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-    pin = _Pin(world)
-    try:
-        # Registered before it is in force (code of its world is kept from here on) and
-        # ended before it is unregistered: an interrupt anywhere leaves no pin in force.
-        _pins[id(pin)] = (world, weakref.ref(pin, partial(_drop_pin, id(pin))))
-        _task.set(pin)
-        return fn(*args, **kwargs)
-    finally:
-        pin.live = False
-        _pins.pop(id(pin), None)
-
-
-def _drop_pin(key: int, _ref: object = None) -> None:
-    _pins.pop(key, None)
+    # Set, then registered before fn runs (code of its world is kept from there on): an
+    # interrupt between the two ends the call before anything could copy this context, and
+    # the pin dies with it. The pin dies with the last context that holds it.
+    _task.set(_Pin((None, world)))
+    if _dead_pins:
+        _forget_dead_pins()  # the registry holds the live pins and few dead ones
+    _pins[weakref.ref(_task.get(), _dead_pins.append)] = world  # type: ignore[arg-type]
+    return fn(*args, **kwargs)
 
 
 def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
@@ -243,23 +287,17 @@ def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any
     return fn(*args, **kwargs)
 
 
-def unpin_ended() -> None:
-    """A task whose pin has ended (it outlived its ``invoke_in_world`` call) runs in the
-    latest world: give it the hot path again (the slow path calls this)."""
-    cell = _task.get()
-    if isinstance(cell, _Pin) and not cell.live:
-        _task.set(WORLD)
-
-
 # -- with-blocks of world state: compile hooks and precompile blocks ------------------------
 
 
 class Block:
     """A with-block of process-wide world state: a compile hook (``kind == "hook"``, whose
     ``value`` is the callback) or a precompile block (``"precompile"``, whose ``value`` is
-    the mode inside it). Active from its ``__enter__`` to its ``__exit__``, whoever holds the
-    object; blocks in several threads each count, nested or overlapping in any order. One
-    object is one block."""
+    the mode inside it). Active from its ``__enter__`` until its ``__exit__`` or until the
+    object dies, whichever comes first: the state holds it weakly, so a block whose with
+    statement is gone without ``__exit__`` (an interrupt at its first instruction) is over.
+    Blocks in several threads each count, nested or overlapping in any order. One object is
+    one block; whatever enters it without a with statement must keep it alive."""
 
     kind: str = "block"
 
@@ -269,18 +307,19 @@ class Block:
 
     def active(self) -> bool:
         """Whether the block has begun and not ended."""
-        return any(b is self for b in STATE.blocks)
+        return any(r() is self for r in STATE.blocks)
 
-    def _begin(self) -> None:
-        """Make the block active: what its ``__enter__`` does. An exception raised after the
-        block was published (an interrupt as the lock is released) ends it again, since its
-        with statement will not call ``__exit__``."""
+    def _begin(self, **changes: Any) -> None:
+        """Make the block active (with ``changes`` to the state in the same publication):
+        what its ``__enter__`` does. An exception raised after the block was published (an
+        interrupt as the lock is released) ends it again, since its with statement will not
+        call ``__exit__``."""
         try:
             with _lock():
                 if self._begun:
                     raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
                 self._begun = True
-                _publish(STATE._replace(blocks=(*STATE.blocks, self)))
+                _publish(STATE._replace(blocks=(*STATE.blocks, weakref.ref(self)), **changes))
         except BaseException:
             self._end()
             raise
@@ -288,7 +327,7 @@ class Block:
     def _end(self) -> None:
         """End the block (nothing if it is not active)."""
         with _lock():
-            _publish(STATE._replace(blocks=tuple(b for b in STATE.blocks if b is not self)))
+            _publish(STATE._replace(blocks=tuple(r for r in STATE.blocks if r() is not self)))
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._end()
@@ -298,13 +337,25 @@ class Block:
         return f"<{type(self).__name__} {self.kind} {state}>"
 
 
+def _live(refs: tuple[weakref.ref[Block], ...]) -> tuple[weakref.ref[Block], ...]:
+    """``refs`` without the blocks that died."""
+    if all(r() is not None for r in refs):
+        return refs
+    return tuple(r for r in refs if r() is not None)
+
+
+def _blocks(state: _State) -> list[Block]:
+    """The live blocks of ``state``, in order of entry."""
+    return [b for b in (r() for r in state.blocks) if b is not None]
+
+
 def hooks() -> list[Any]:
     """The callbacks of the active compile hooks, in order of entry."""
-    return [b.value for b in STATE.blocks if b.kind == "hook"]
+    return [b.value for b in _blocks(STATE) if b.kind == "hook"]
 
 
 def _precompiling(state: _State) -> bool:
-    for b in reversed(state.blocks):
+    for b in reversed(_blocks(state)):
         if b.kind == "precompile":
             return bool(b.value)
     return state.precompile_env if state.switch is None else state.switch
@@ -323,7 +374,7 @@ def bypassing() -> bool:
 
 
 def _bypassing(state: _State) -> bool:
-    return _precompiling(state) or any(b.kind == "hook" for b in state.blocks)
+    return _precompiling(state) or any(b.kind == "hook" for b in _blocks(state))
 
 
 def switch_precompile(on: bool | None) -> bool | None:
@@ -370,6 +421,7 @@ def _after_fork_in_child() -> None:
     # before a back-end has checked that its devices may be used here.
     renew_all()
     _pins.clear()  # the parent's pinned calls are not running here
+    _dead_pins.clear()
     undo_in_flight()  # a definition another thread of the parent was making
     _publish(STATE._replace(latest=STATE.latest + 1, forked=True))
 

@@ -1,5 +1,5 @@
 """A pin held across a test's steps: a thread inside ``invoke_in_world`` that runs what it
-is given there, until it is told to return (a pin lasts exactly as long as its call)."""
+is given there, until it is told to return (the pin lasts as long as the call's context)."""
 
 from __future__ import annotations
 

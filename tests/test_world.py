@@ -1,5 +1,8 @@
 import asyncio
+import contextvars
+import gc
 import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -79,24 +82,6 @@ def test_asyncio_task_runs_in_its_creators_pinned_world_while_the_call_lasts():
         return current()
 
     assert invoke_in_world(w, asyncio.run, main()) == w
-
-
-def test_a_task_that_outlives_its_pinned_call_runs_in_the_latest_world():
-    w = bump()
-    bump()
-
-    async def main():
-        task = invoke_in_world(w, lambda: asyncio.get_running_loop().create_task(world_later()))
-        assert current() == latest()  # the creator is unpinned again
-        return await task
-
-    async def world_later():
-        await asyncio.sleep(0)
-        return current(), latest()
-
-    seen, newest = asyncio.run(main())
-    assert seen == newest != w  # the pin ended with its call (SPEC 9)
-    assert specializer.world.pins() == 0
 
 
 def test_new_thread_starts_unpinned():
@@ -345,9 +330,6 @@ def test_plain_precompile_switches_keep_no_state_per_switch():
     precompile_output(None).__exit__(None, None, None)  # hand the mode back to the environment
 
 
-# -- no pin outlives its call (SPEC 9) ---------------------------------------------------
-
-
 def test_a_stored_exception_from_a_pinned_call_keeps_no_pin():
     w = bump()
     bump()
@@ -364,7 +346,64 @@ def test_a_stored_exception_from_a_pinned_call_keeps_no_pin():
     assert current() == latest()
 
 
-def test_a_callback_registered_in_a_pinned_call_runs_in_the_latest_world_after_it():
+# -- a pin lives as long as a context that can run code in it (SPEC 1, 9) -------------------
+
+
+def _old_and_new(name: str):
+    """A kernel of the pure-Python back-end defined twice, never looked up yet: returns it
+    (its latest method returns 'new') and the world in which it returned 'old', the world
+    risen since."""
+    from pybackend import kernel, run
+
+    ns: dict = {}
+    for which in ("old", "new"):
+        exec(
+            f"@kernel\ndef {name}(x: np.number):\n    return \"def {name}(x): return '{which}'\"",
+            {"kernel": kernel, "np": np},
+            ns,
+        )
+        if which == "old":
+            w = latest()
+    return ns[name], w, run
+
+
+@pytest.mark.parametrize("make", ["ensure_future", "create_task"])
+def test_a_task_made_in_a_pinned_call_keeps_its_world_after_the_call_and_a_rise(make):
+    """Julia 1.8 (#41449): a task keeps the world it was created in for its whole life."""
+    k, w, run = _old_and_new(f"task_keeps_{make}")
+
+    async def later():
+        await asyncio.sleep(0)
+        bump()  # the world rises while the task runs, too
+        return current(), run(k, 1)
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        spawn = asyncio.ensure_future if make == "ensure_future" else loop.create_task
+        task = invoke_in_world(w, spawn, later())
+        assert current() == latest()  # the creator is unpinned again
+        await asyncio.sleep(0.01)
+        return await task
+
+    assert latest() > w
+    assert asyncio.run(main()) == (w, "old")
+    gc.collect()
+    assert specializer.world.pinned_worlds() == frozenset()
+
+
+def test_a_context_copied_in_a_pinned_call_and_run_later_keeps_its_world():
+    k, w, run = _old_and_new("copied_context_keeps")
+    ctx = invoke_in_world(w, contextvars.copy_context)
+    bump()
+    assert ctx.run(lambda: (current(), run(k, 1))) == (w, "old")
+    assert w in specializer.world.pinned_worlds()
+    assert current() == latest() and run(k, 1) == "new"
+    del ctx
+    gc.collect()
+    assert specializer.world.pinned_worlds() == frozenset()
+
+
+def test_a_callback_registered_in_a_pinned_call_runs_in_its_world_after_it():
     w = bump()
     bump()
     seen = []
@@ -375,23 +414,226 @@ def test_a_callback_registered_in_a_pinned_call_runs_in_the_latest_world_after_i
         await asyncio.sleep(0)
 
     asyncio.run(main())
-    assert seen == [latest()] and specializer.world.pins() == 0
+    assert seen == [w]
 
 
-def test_a_pinned_tasks_stored_exception_keeps_no_pin():
-    w = bump()
-    bump()
+def test_an_async_generator_stepped_by_a_pinned_task_runs_in_its_world():
+    k, w, run = _old_and_new("agen_keeps")
 
-    async def fails():
-        raise RuntimeError(current())
+    async def agen():
+        for _ in range(3):
+            await asyncio.sleep(0)
+            yield current(), run(k, 1)
+
+    async def consume():
+        return [x async for x in agen()]
 
     async def main():
-        task = invoke_in_world(w, lambda: asyncio.get_running_loop().create_task(fails()))
+        task = invoke_in_world(w, asyncio.ensure_future, consume())
+        bump()
+        return await task
+
+    assert asyncio.run(main()) == [(w, "old")] * 3
+
+
+def test_a_plain_generator_runs_in_the_context_of_whoever_resumes_it():
+    """PEP 567: a generator has no context of its own."""
+    k, w, run = _old_and_new("gen_resumer")
+
+    def gen():
+        while True:
+            yield current(), run(k, 1)
+
+    g = invoke_in_world(w, lambda: (g := gen(), next(g))[0])  # made and stepped inside
+    assert next(g) == (latest(), "new")
+    assert invoke_in_world(w, next, g) == (w, "old")
+
+
+def test_a_thread_started_in_a_pinned_call_is_unpinned_also_after_the_call():
+    w = bump()
+    bump()
+    go, seen = threading.Event(), []
+
+    def body():
+        go.wait(10)
+        seen.append(current())
+
+    t = invoke_in_world(w, lambda: (t := threading.Thread(target=body), t.start())[0])
+    bump()
+    go.set()
+    t.join(10)
+    assert seen == [latest()]
+
+
+def test_what_was_dropped_keeps_no_pin_and_the_code_kept_for_it_is_released():
+    """A finished task, a context, a stored exception and its traceback, each dropped: no
+    pin is left and the code kept for the pinned world goes (at the next slow path)."""
+    from pybackend import CONFIG
+
+    from specializer import compiler
+
+    k, w, run = _old_and_new("dropped_pins")
+
+    def ci_of_world(world):
+        return [
+            c
+            for key, cs in compiler._cache.items()
+            if key[0].method.gf is k
+            for c in cs
+            if c.min_world <= world <= c.max_world and key[1] == CONFIG._key
+        ]
+
+    async def fails():
+        await asyncio.sleep(0)
+        raise RuntimeError(current(), run(k, 1))
+
+    async def main():
+        task = invoke_in_world(w, asyncio.ensure_future, fails())
         try:
             await task
         except RuntimeError as e:
             return e, task
 
-    kept, _task = asyncio.run(main())  # the task, its exception and their frames are kept
-    assert kept.args == (latest(),)  # it ran after the pinned call returned
-    assert specializer.world.pins() == 0 and specializer.world.pinned_worlds() == frozenset()
+    kept, task = asyncio.run(main())
+    assert kept.args == (w, "old")
+    ctx = invoke_in_world(w, contextvars.copy_context)
+    try:
+        invoke_in_world(w, lambda: 1 / 0)
+    except ZeroDivisionError as e:
+        stored = e
+    bump()  # a definition's sweep: the old world's code is kept while a pin may need it
+    (ci,) = ci_of_world(w)
+    artifact = weakref.ref(ci.artifact)
+    del ci
+    gc.collect()
+    assert w in specializer.world.pinned_worlds() and artifact() is not None
+    del task, kept, ctx
+    assert stored.__traceback__ is not None
+    gc.collect()
+    assert specializer.world.pinned_worlds() == frozenset() and specializer.world.pins() == 0
+    run(_old_and_new("dropped_pins_other")[0], 1)  # any slow path releases it
+    gc.collect()
+    assert artifact() is None and ci_of_world(w) == []
+    assert run(k, 1) == "new"
+    assert invoke_in_world(w, run, k, 1) == "old"  # an older world compiles it again
+
+
+def test_an_unpinned_threads_hits_stay_hits_while_another_task_holds_a_pin():
+    from specializer import cached_lookup
+
+    w = bump()
+    bump()
+    ctx = invoke_in_world(w, contextvars.copy_context)  # a pin held for the whole test
+    F = GenericFunction("hits_beside_a_pin")
+    calls = []
+
+    def site():
+        return cached_lookup(lambda: calls.append(1) or (current(),), tuple, F, (), "k")
+
+    out = []
+    t = threading.Thread(target=lambda: out.extend(site() for _ in range(50)))
+    t.start()
+    t.join(10)
+    assert out == [(latest(),)] * 50 and len(calls) == 1
+    assert specializer.world.WORLD[0] == latest()
+    assert ctx.run(site) == (w,) and len(calls) == 2  # the pinned context's own lookup
+    assert [site() for _ in range(10)] == [(latest(),)] * 10 and len(calls) == 2
+    del ctx
+
+
+def test_code_kept_for_a_dead_pin_is_released_also_when_a_new_pin_forgot_it_first():
+    """A pin made (or pinned_worlds() read) after another died drops the dead entry; the
+    code kept for the dead one is still released by the next slow path."""
+    from specializer import compiler
+
+    k, w, run = _old_and_new("forgotten_first")
+    ctx = invoke_in_world(w, contextvars.copy_context)
+    assert ctx.run(run, k, 1) == "old"
+    bump()
+    (ci,) = [c for c in compiler._retained if c.mi.method.gf is k]
+    artifact = weakref.ref(ci.artifact)
+    del ci
+    del ctx
+    gc.collect()
+    assert invoke_in_world(latest(), specializer.world.pinned_worlds) == frozenset({latest()})
+    run(_old_and_new("forgotten_first_other")[0], 1)  # a slow path
+    gc.collect()
+    assert artifact() is None
+
+
+# -- a block ends when its with statement is gone (SPEC 9) ----------------------------------
+
+
+def _cached_site_hits_again() -> bool:
+    """A cached lookup takes one slow path, then hits; the hot path is back."""
+    from specializer import cached_lookup
+
+    F = GenericFunction("after_a_dead_block")
+    calls = []
+
+    def site():
+        return cached_lookup(lambda: calls.append(1) or (current(),), tuple, F, (), "k")
+
+    site()
+    n = len(calls)
+    site()
+    return len(calls) == n and specializer.world.WORLD[0] == latest()
+
+
+def test_a_hook_block_whose_exit_never_ran_ends_with_its_object():
+    """As when an interrupt lands at the first instruction of ``__exit__``: the with
+    statement is gone, its object with it, and so is the block."""
+    from specializer import device_code
+    from specializer import world as world_module
+
+    seen = []
+    block = device_code(lambda job, artifact: seen.append(job.name))
+    block.__enter__()
+    assert world_module.hooks() and world_module.WORLD[0] is None
+    del block
+    gc.collect()
+    assert world_module.hooks() == [] and not world_module.bypassing()
+    assert _cached_site_hits_again()  # one slow path brings the hot path back
+    k, _w, run = _old_and_new("after_dead_hook")
+    run(k, 1)
+    assert seen == []
+
+
+def test_a_precompile_block_whose_exit_never_ran_leaves_the_mode_as_before():
+    from specializer import generating_output, precompile_output
+
+    for flag in (None, True, False):
+        block = precompile_output(flag) if flag is not None else precompile_output()
+        block.__enter__()
+        assert generating_output() is (flag is not False)
+        del block
+        gc.collect()
+        assert not generating_output()
+        assert _cached_site_hits_again()
+
+
+def test_blocks_entered_in_two_threads_each_end_with_their_object():
+    from specializer import device_code
+    from specializer import world as world_module
+
+    ready, go, done = threading.Event(), threading.Event(), threading.Event()
+
+    def other():
+        with device_code(lambda job, artifact: None):
+            ready.set()
+            go.wait(10)
+        done.set()
+
+    t = threading.Thread(target=other)
+    t.start()
+    assert ready.wait(10)
+    mine = device_code(lambda job, artifact: None)
+    mine.__enter__()
+    assert len(world_module.hooks()) == 2
+    del mine
+    gc.collect()
+    assert len(world_module.hooks()) == 1  # the other thread's block is still on
+    go.set()
+    t.join(10)
+    assert done.is_set() and world_module.hooks() == []
+    assert _cached_site_hits_again()
