@@ -233,13 +233,19 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
         )
 
 
-#: guards the attributes each Definitions' launchers have taken (Launcher._own_attrs)
+#: guards the attributes the launchers of this process have taken (Launcher._own_attrs)
 _ATTRS_LOCK = new_lock(reentrant=False)
+#: every launcher's front_attr and where_attr: each name is one launcher's, whatever its
+#: definitions (names only: a launcher lives as long as its definitions' kernels do)
+_TAKEN_ATTRS: frozenset[str] = frozenset()
 #: the defaults a launch option may have
 _DEFAULTS = ("required", "none", "zero", "false")
 #: front entries a launch tries, for one kernel, world, where and compiler kwargs, before a
 #: miss: a kernel launched with arguments of up to this many types in turn does not miss
 CHAIN = 4
+#: how many times a miss asks a `where` block and ``resolve`` again, together, before it
+#: calls their disagreement the back-end's (see Launcher._recognized)
+_WHERE_TRIES = 8
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 
@@ -305,13 +311,17 @@ class Launcher:
     def _own_attrs(self, definitions: Definitions) -> None:
         """Take this launcher's attributes of the definitions' kernels and wheres (a kernel's
         front entry, a where's table): the class's ``front_attr`` and ``where_attr``, or, where
-        another launcher over the same definitions has them, the same names numbered (``_2``,
-        ``_3``...), so that two launchers never run each other's entries."""
+        another launcher in this process has them (over these definitions or any other's),
+        the same names numbered (``_2``, ``_3``...), so that two launchers never run each
+        other's entries: a kernel of other definitions has no entry under this launcher's
+        name, and its launch takes the slow path, which refuses it by name."""
+        global _TAKEN_ATTRS
         with _ATTRS_LOCK():
-            taken = definitions.launcher_attrs
+            taken = _TAKEN_ATTRS
             front, where = _free_attrs(self.front_attr, self.where_attr, taken)
+            _TAKEN_ATTRS = taken | {front} | ({where} if where else set())
             self.front_attr, self.where_attr = front, where
-            definitions.launcher_attrs = taken | {front} | ({where} if where else set())
+            definitions.launcher_attrs |= {front} | ({where} if where else set())
             definitions.kernel_attrs += (front,)
             definitions.kernel_slots(*definitions.kernel_attrs)
 
@@ -576,7 +586,8 @@ class Launcher:
             if v is not NOTHING:
                 kw = {**kw, k: v}
         given = opts[:n]
-        where, opts = self.resolve(given)
+        where, opts = self.resolve(given)  # the launch's one read of a default where
+        self.check_args(where, f, args)
         tt = self.argtypes(args, F)
         w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
@@ -584,7 +595,8 @@ class Launcher:
         with self._misses_lock():
             self._misses += 1
         run, front, _, where_of = self.bound(linked, tt, F)
-        self._publish(F, w, where, kw, front, where_of(*given))
+        if self._recognized(where, given, where_of):
+            self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
 
     @property
@@ -593,20 +605,36 @@ class Launcher:
         lookup): what a test counts to see that launches hit."""
         return self._misses
 
-    def _publish(
-        self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any, entry_where: Any
-    ) -> None:
+    def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
+        """What a miss checks of a launch's arguments (and ``f``'s captured values) against
+        its where (``resolve``'s), before anything else; what a front entry for the same
+        where and argument types need not check again. Default: nothing."""
+
+    def _recognized(self, where: Any, given: tuple[Any, ...], where_of: Callable[..., Any]) -> bool:
+        """Whether a front entry for ``where`` would recognize a launch given options
+        ``given``: the `where` block gives what :meth:`resolve` gave. A block that reads a
+        default (a queue, a context) reads it again here, so a change of that default by
+        another thread since the launch's one read (``resolve``) may show: then the block
+        and ``resolve`` are asked again together, and a back-end is refused only when they
+        never agree; a launch that raced with such a change publishes no entry."""
+        entry_where = where_of(*given)
+        if entry_where is where:
+            return True
+        for _ in range(_WHERE_TRIES):
+            if where_of(*given) is self.resolve(given)[0]:
+                return False  # the default changed meanwhile: the block is right
+        raise TypeError(
+            f"back-end {self.name!r}: the `where` block of template {self.template!r} sets "
+            f"{self.where_name} to {entry_where!r} for a launch whose where is {where!r} "
+            "(Launcher.resolve): a front entry compares the two by identity, so every such "
+            "launch would take the slow path. Make the block give what resolve gives (fill "
+            "an option left to its default the same way)"
+        )
+
+    def _publish(self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any) -> None:
         # Only for the world the lookup ran in, and only if that is still the latest world:
         # not in a pinned task, nor while a hook or precompile mode is on (w is None then, or
         # is by now), nor when a definition raised the world during the lookup.
-        if entry_where is not where:
-            raise TypeError(
-                f"back-end {self.name!r}: the `where` block of template {self.template!r} sets "
-                f"{self.where_name} to {entry_where!r} for a launch whose where is {where!r} "
-                "(Launcher.resolve): a front entry compares the two by identity, so every such "
-                "launch would take the slow path. Make the block give what resolve gives (fill "
-                "an option left to its default the same way)"
-            )
         if w is not None and _world.task_cell()[0] == w:
             kw = _frozen(kw)
             if kw is NOTHING:  # a value of a type that may change in place: no entry
@@ -759,7 +787,7 @@ def table_in(tables: dict[Any, Any], name: str, make: bool) -> dict[Any, Any] | 
 
 def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:
     """``front`` and ``where``, or the first pair of them numbered (``_2``, ``_3``...) that
-    no other launcher over the same definitions has taken."""
+    no other launcher has taken."""
     n = 1
     f, w = front, where
     while f in taken or (w is not None and w in taken):

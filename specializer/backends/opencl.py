@@ -1446,12 +1446,11 @@ class _OpenCLLauncher(launching.Launcher):
             raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
         return queue, opts
 
-    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
         # The slow path of a launch also checks that no argument lives in another context
         # than the queue's (what a launch with its front entry, for the same queue and
         # argument types, no longer checks).
-        _check_contexts(self.resolve(opts[: len(self.options)])[0], f, args)
-        return super().miss(f, args, opts, kw)
+        _check_contexts(where, f, args)
 
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
