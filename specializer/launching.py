@@ -592,6 +592,7 @@ class Launcher:
         w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
         linked = self._lookup(F, tt, key)
+        self.check_fork()  # again: a compile hook of the lookup may have forked
         with self._misses_lock():
             self._misses += 1
         run, front, _, where_of = self.bound(linked, tt, F)
@@ -768,6 +769,7 @@ class Launcher:
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))
+        self.check_fork()  # again: a compile hook of the lookup may have forked
         return self.host_class(self.bound(linked, tt, F)[2](f, where), f, where, tt, linked)
 
     def resolve_where(self, where_opt: Any) -> Any:

@@ -7,8 +7,11 @@ sampler, local memory or scalar alive (SPEC 9 and 10)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pyopencl
@@ -127,3 +130,73 @@ def test_set_default_queue_in_another_thread_while_kernels_launch_for_the_first_
     q2.finish()
     assert errors == []
     assert x.get().tolist() == [60] * 4
+
+
+# -- a fork inside a compile hook of a launch still running (SPEC 9) ----------------------------
+
+HOOK_FORK = """
+import os, sys, time
+import numpy as np
+import pyopencl.array as cla
+from specializer import device_code
+from specializer.backends import opencl as cl
+
+@cl.kernel
+def fill_in_hook(x: cl.Array[np.float32], v: np.float32) -> str:
+    return "__kernel void fill_in_hook(__global float *x, float v) { x[get_global_id(0)] = v; }"
+
+q = cl.default_queue()
+x = cla.zeros(q, 4, np.float32)
+r, w = os.pipe()
+forks = []
+
+def hook(job, artifact):
+    # a compile hook that forks: the child resumes the launch (or lookup) that called it
+    if not forks:
+        forks.append(os.fork())
+
+with device_code(hook):
+    try:
+        PATH
+        answer = "returned"  # (in a child: anything it enqueued on the parent's queue hangs)
+    except BaseException as e:
+        answer = f"{type(e).__name__}: {e}"
+if forks[0] == 0:  # the child
+    os.write(w, answer.encode())
+    os._exit(0)
+os.close(w)
+end = time.monotonic() + DEADLINE
+while os.waitpid(forks[0], os.WNOHANG)[0] == 0:
+    if time.monotonic() > end:
+        os.kill(forks[0], 9)
+        os.waitpid(forks[0], 0)
+        print("parent:", answer, x.get().tolist())
+        print("hung")
+        sys.exit(0)
+    time.sleep(0.02)
+print("parent:", answer, x.get().tolist())
+print(os.read(r, 1 << 16).decode())
+"""
+
+#: each device path a compile hook can run inside: the launch's miss and clfunction
+HOOKED_PATHS = {
+    "launch": ("cl.launch(fill_in_hook, x, np.float32(2), global_size=4)", [2.0] * 4),
+    "clfunction": ("cl.clfunction(fill_in_hook, (cl.Array[np.float32], np.float32))", [0.0] * 4),
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("path", sorted(HOOKED_PATHS))
+def test_a_fork_inside_a_compile_hook_gives_the_child_the_fork_error_never_a_hang(path):
+    code, after = HOOKED_PATHS[path]
+    script = HOOK_FORK.replace("PATH", code).replace("DEADLINE", "60")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=180, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    parent, child = r.stdout.strip().splitlines()[-2:]
+    assert parent == f"parent: returned {after}"  # the parent's call ran
+    assert child != "hung", "the child hung"
+    assert child.startswith("RuntimeError:"), child
+    assert "forked" in child and "'spawn'" in child and "opencl" in child, child
