@@ -171,6 +171,7 @@ from __future__ import annotations
 import ast
 import functools
 import os
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
@@ -644,7 +645,8 @@ class Launcher:
             table = self.where_table(where)
             # The entry this one replaces for the same world, where and kwargs (arguments of
             # other types) comes next, up to CHAIN entries: alternating types do not miss.
-            prev = table.get(F) if table is not None else getattr(F, self.front_attr, None)
+            ref = weakref.ref(F)  # (a where table keys kernels weakly: see _weak_key)
+            prev = table.get(ref) if table is not None else getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
             made = getattr(prev, "chain", None)
             depth = 0
@@ -652,13 +654,13 @@ class Launcher:
                 depth = made[4] + 1
             if depth == 0 or depth >= CHAIN:
                 prev, depth = None, 0
-            entry = front(w, where, kw, F, self.other, prev, *lifted)
+            entry = front(w, where, kw, ref, self.other, prev, *lifted)
             entry.chain = (w, where, kw, lifted, depth)  # what the next publication compares
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
             if table is not None:  # kept by the where itself: gone with it
-                table[F] = held
+                table[_weak_key(F, table)] = held
             setattr(F, self.front_attr, held)
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
@@ -677,11 +679,11 @@ class Launcher:
         newest), or None; what a front entry calls when a launch comes for another where.
         The entry found becomes the kernel's newest (so the newest is of the where launched
         on last, and a where the user dropped is not held by it after a launch elsewhere)."""
-        attr, table_of = self.front_attr, self.where_table
+        attr, table_of, ref = self.front_attr, self.where_table, weakref.ref
 
         def other(F: Any, where: Any) -> Any:
             try:
-                entry = table_of(where, False)[F]  # type: ignore[index]
+                entry = table_of(where, False)[ref(F)]  # type: ignore[index]
             except (KeyError, TypeError):  # TypeError: no table
                 return None
             setattr(F, attr, entry)
@@ -785,6 +787,18 @@ def table_in(tables: dict[Any, Any], name: str, make: bool) -> dict[Any, Any] | 
     if table is None and make:
         table = tables.setdefault(name, {})
     return table if isinstance(table, dict) else None
+
+
+def _weak_key(F: Any, table: dict[Any, Any]) -> Any:
+    """The key of kernel (or kernel instance type) ``F`` in where table ``table``: a weak
+    reference, which removes itself from the table when ``F`` is gone, so that a where keeps
+    no kernel alive (its entries refer to their kernels weakly too). A lookup in the table
+    uses ``weakref.ref(F)``, equal to it while ``F`` lives."""
+
+    def gone(key: Any) -> None:  # from the collector, in any thread: one atomic dict operation
+        table.pop(key, None)
+
+    return weakref.ref(F, gone)
 
 
 def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:

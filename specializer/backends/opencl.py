@@ -1484,21 +1484,26 @@ class _OpenCLLauncher(launching.Launcher):
             "_ref": weakref.ref,
         }
         kinds = []
+        # A record holds no captured value (the instance's): those are set on every launch.
         for i, (t, r) in enumerate(zip(tt, resolved)):
             if issubclass(t, Array):
                 kinds.append("array")
-            elif issubclass(t, (LocalMemory, Sampler)):
-                kinds.append("held")
+            elif issubclass(t, LocalMemory):
+                kinds.append("local")
+            elif issubclass(t, Sampler):
+                kinds.append("sampler")
             elif issubclass(t, _ArgType):
                 kinds.append("object")
             elif issubclass(t, Struct):
                 kinds.append("bytes")
             elif issubclass(t, WeakScalar):
                 namespace[f"_pack{i}"] = _packer(resolve_weak(t, r))
-                kinds.append("packed")
+                namespace[f"_S{i}"] = t.pytype
+                kinds.append("packed" if i >= ncaptured else "packed_each")
             else:
                 _c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
-                kinds.append("scalar")
+                namespace[f"_S{i}"] = t
+                kinds.append("scalar" if i >= ncaptured else "bytes")
         guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
         return guards, kinds, namespace
 
