@@ -25,10 +25,12 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   "Cached state"); ``None`` (the default): each kernel keeps only its newest front entry.
   :meth:`Launcher.where_table` may be overridden instead (the table it gives must be this
   launcher's own: CUDA's keeps one per ``front_attr`` in its context key, with
-  :func:`table_in`). A second
-  launcher over the same definitions (another instance of the class, or a subclass) keeps
+  :func:`table_in`). A
+  launcher whose names another launcher of this process has taken (another instance of the
+  class, a subclass, or another back-end's launcher that asked for the same names) keeps
   its entries under both names numbered (``_2``, ``_3``...), and what the core binds to a
-  linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code.
+  linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code,
+  and a kernel of other definitions takes the slow path, which refuses it by name.
   They share the cached lookup's results where their ``link`` is the same function (its
   code is the call site): a subclass whose results differ must say how in its ``key``.
 - ``V``: the class of the lookup's result (checked on a miss); ``host_class``: the
@@ -47,10 +49,12 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   since the generated code is shared by every kernel of a signature.
 - :meth:`Launcher.resolve` ``(opts)``: given the launch options alone (in ``options``
   order, no compiler kwargs), the where of a launch and the options with one left to its
-  default filled in; :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
+  default filled in (a launch reads a default, a queue or context, only here: once);
+  :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
   lookup; :meth:`Launcher.key` ``(where, kw)``: the lookup key, a tuple, for a where and
   compiler kwargs, comparing by value (it refuses unknown kwargs, naming the launch options
-  and the compiler options).
+  and the compiler options); :meth:`Launcher.check_args` ``(where, f, args)`` (optional):
+  what the slow path checks of the arguments against that where (OpenCL: their contexts).
 - :meth:`Launcher.guard_of` ``(t)`` and :meth:`Launcher.kinds` ``(tt, resolved, ncaptured)``:
   each argument type's *guard* (what tells on the fast path that a value has that type: its
   class, and dtype) and each parameter's *kind* (how the template sets it), with the globals
@@ -139,18 +143,20 @@ Three levels around a launch, each with one owner (``docs/design.md`` maps every
 
 1. *Front entries* (the kernel's): the generated entry of one lookup, bound to its world,
    where, compiler kwargs (frozen: private copies, compared by value; a value of another
-   mutable type, a ``UserList``, publishes none) and kernel. A kernel keeps each launcher's
+   mutable type, a ``UserList``, publishes none) and, weakly, kernel. A kernel keeps each launcher's
    newest under that launcher's ``front_attr``; each where keeps the newest of each kernel
    for it in each launcher's *where table*
-   (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``), which a
+   (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``, keyed
+   by weak references to kernels that remove themselves when their kernel goes), which a
    launch for another where finds and makes the kernel's newest. Arguments of other types go
    to the entry the newest replaced for the same world, where and kwargs (its ``_next``), up
    to :data:`CHAIN` entries in all, so a kernel launched with a few argument types in turn
    keeps hitting. Invalidated by comparison: an entry of another world (compared by value),
    another where or other kwargs is not used (a miss publishes a new one, chained to none
-   of them). Lifetime: a where table goes with its where; the only user
-   object kept beyond that is the where of each kernel's newest entry per launcher, until
-   the kernel launches elsewhere through that launcher. An entry holds its launcher: a
+   of them). Lifetime: a where table goes with its where, and keeps no kernel alive (nor
+   does any entry: a kernel holds its own); the only user object kept beyond that is the
+   where of each kernel's newest entry per launcher, until the kernel launches elsewhere
+   through that launcher. An entry holds its launcher: a
    launcher lives as long as its definitions' kernels do (back-ends make one, at import).
 2. *The specialized lookup's cell*: ``cached_lookup`` through
    :class:`~specializer.kernels.LookupSite`, four (world, key) entries per (kernel, types),
@@ -271,11 +277,11 @@ class Launcher:
     #: the variable the template's ``where`` block sets: the where a front entry compares
     where_name: ClassVar[str] = "where"
     #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
-    #: None: no where tables, each kernel keeps its newest front entry only. A second
-    #: launcher over the same definitions uses it numbered (``_2``), as it does front_attr
+    #: None: no where tables, each kernel keeps its newest front entry only. A launcher
+    #: whose name another launcher took uses it numbered (``_2``), as it does front_attr
     where_attr: str | None = None
     #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
-    #: (numbered, ``_2``, for a second launcher over the same definitions)
+    #: (numbered, ``_2``, where another launcher of this process took it)
     front_attr: str
     #: what the lookup's result is an instance of (checked on a miss)
     V: ClassVar[type]

@@ -33,10 +33,11 @@ launch takes a kernel object from its linked kernel's pool (``list.pop``, atomic
 and per-object locks alike) and gives it back after the enqueue, so concurrent launches use
 different kernel objects, without a lock; a pool grows only to the number of launches ever in
 flight at once. Each kernel object's record says what is set at each index without holding a
-user's buffer, array or image (a weak reference to the array, the immutable scalar; a raw
-buffer or an image is set on every launch), and is cleared before an argument is set and
-stored after, so an interrupted launch never leaves it naming a value that is not set
-(``templates/opencl_entry.py.j2`` has the details).
+user's buffer, array, image, sampler, local memory or captured value (a weak reference to the
+array, a local memory's size, a sampler's handle, an immutable scalar launch argument of an
+exact type; a raw buffer, an image or a captured value is set on every launch), and is
+cleared before an argument is set and stored after, so an interrupted launch never leaves it
+naming a value that is not set (``templates/opencl_entry.py.j2`` has the details).
 """
 
 from __future__ import annotations
