@@ -176,10 +176,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import os
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -329,7 +330,9 @@ class Launcher:
             _TAKEN_ATTRS = taken | {front} | ({where} if where else set())
             self.front_attr, self.where_attr = front, where
             definitions.launcher_attrs |= {front} | ({where} if where else set())
-            definitions.kernel_attrs += (front,)
+            definitions.kernel_attrs += (
+                (front,) if _TOKEN in definitions.kernel_attrs else (front, _TOKEN)
+            )
             definitions.kernel_slots(*definitions.kernel_attrs)
 
     def _check_backend(self) -> None:
@@ -651,8 +654,8 @@ class Launcher:
             table = self.where_table(where)
             # The entry this one replaces for the same world, where and kwargs (arguments of
             # other types) comes next, up to CHAIN entries: alternating types do not miss.
-            ref = weakref.ref(F)  # (a where table keys kernels weakly: see _weak_key)
-            prev = table.get(ref) if table is not None else getattr(F, self.front_attr, None)
+            # (a where table keys kernels by their token, each dropped when it goes: _keep)
+            prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
             made = getattr(prev, "chain", None)
             depth = 0
@@ -660,13 +663,13 @@ class Launcher:
                 depth = made[4] + 1
             if depth == 0 or depth >= CHAIN:
                 prev, depth = None, 0
-            entry = front(w, where, kw, ref, self.other, prev, *lifted)
+            entry = front(w, where, kw, weakref.ref(F), self.other, prev, *lifted)
             entry.chain = (w, where, kw, lifted, depth)  # what the next publication compares
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
             if table is not None:  # kept by the where itself: gone with it
-                table[_weak_key(F, table)] = held
+                _keep(table, F, held)
             setattr(F, self.front_attr, held)
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
@@ -685,12 +688,12 @@ class Launcher:
         newest), or None; what a front entry calls when a launch comes for another where.
         The entry found becomes the kernel's newest (so the newest is of the where launched
         on last, and a where the user dropped is not held by it after a launch elsewhere)."""
-        attr, table_of, ref = self.front_attr, self.where_table, weakref.ref
+        attr, table_of = self.front_attr, self.where_table
 
         def other(F: Any, where: Any) -> Any:
             try:
-                entry = table_of(where, False)[ref(F)]  # type: ignore[index]
-            except (KeyError, TypeError):  # TypeError: no table
+                entry = table_of(where, False)[F._specializer_token]  # type: ignore[index]
+            except (KeyError, TypeError, AttributeError):  # no table, or never kept in one
                 return None
             setattr(F, attr, entry)
             return entry
@@ -795,16 +798,57 @@ def table_in(tables: dict[Any, Any], name: str, make: bool) -> dict[Any, Any] | 
     return table if isinstance(table, dict) else None
 
 
-def _weak_key(F: Any, table: dict[Any, Any]) -> Any:
-    """The key of kernel (or kernel instance type) ``F`` in where table ``table``: a weak
-    reference, which removes itself from the table when ``F`` is gone, so that a where keeps
-    no kernel alive (its entries refer to their kernels weakly too). A lookup in the table
-    uses ``weakref.ref(F)``, equal to it while ``F`` lives."""
+#: the attribute of a kernel (or kernel instance type) that holds its key in where tables: a
+#: number no other kernel of the process ever has (so a table keeps no kernel, and no key is
+#: ever another kernel's)
+_TOKEN = "_specializer_token"
+_tokens = itertools.count(1)
+#: a where table's key of its _Drops
+_DROPS = object()
 
-    def gone(key: Any) -> None:  # from the collector, in any thread: one atomic dict operation
-        table.pop(key, None)
 
-    return weakref.ref(F, gone)
+def _token(F: Any) -> int:
+    """``F``'s key in where tables, given on first use (a class's own, not a base class's)."""
+    tok = F.__dict__.get(_TOKEN) if isinstance(F, type) else getattr(F, _TOKEN, None)
+    if tok is None:
+        tok = next(_tokens)
+        setattr(F, _TOKEN, tok)
+    return cast(int, tok)
+
+
+class _Drops:
+    """What drops a where table's entries for kernels that are gone: a weak reference to
+    each kernel kept there, whose callback pops its entry. Held by the table only (so it goes
+    with it), and referred to weakly by the callbacks."""
+
+    __slots__ = ("__weakref__", "refs", "table")
+
+    def __init__(self, table: dict[Any, Any]) -> None:
+        self.table = table
+        self.refs: dict[int, weakref.ref[Any]] = {}
+
+
+def _keep(table: dict[Any, Any], F: Any, entry: Any) -> None:
+    """Keep ``entry`` in where table ``table`` for ``F`` (alive: a launch of it publishes),
+    under ``F``'s token, until ``F`` is gone: a where keeps no kernel alive (its entries refer
+    to their kernels weakly). A lookup by ``F._specializer_token`` costs what one by ``F``
+    would."""
+    tok = _token(F)
+    drops = table.get(_DROPS)
+    if drops is None:
+        drops = table.setdefault(_DROPS, _Drops(table))
+    if tok not in drops.refs:
+        drops.refs[tok] = weakref.ref(F, functools.partial(_gone, weakref.ref(drops), tok))
+    table[tok] = entry
+
+
+def _gone(drops_ref: weakref.ref[_Drops], tok: int, _: Any) -> None:
+    """A kernel kept in a where table is gone: drop its entry (from the collector, in any
+    thread: each step one atomic dict operation)."""
+    drops = drops_ref()
+    if drops is not None:
+        drops.table.pop(tok, None)
+        drops.refs.pop(tok, None)
 
 
 def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:
