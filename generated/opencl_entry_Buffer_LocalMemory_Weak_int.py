@@ -28,10 +28,11 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 raise
         try:
             k[0](0, a0)
-            if k[4] != a1.size:
+            s1 = a1.size
+            if k[4] != s1:
                 k[4] = _nothing
                 k[0](1, a1)
-                k[4] = a1.size
+                k[4] = s1
             if k[5] is not a2:
                 k[5] = _nothing
                 k[1](2, _pack2(a2))
@@ -96,10 +97,11 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     raise
             try:
                 k[0](0, a0)
-                if k[4] != a1.size:
+                s1 = a1.size
+                if k[4] != s1:
                     k[4] = _nothing
                     k[0](1, a1)
-                    k[4] = a1.size
+                    k[4] = s1
                 if k[5] is not a2:
                     k[5] = _nothing
                     k[1](2, _pack2(a2))
@@ -150,10 +152,11 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     raise
             try:
                 k[0](0, a0)
-                if k[4] != a1.size:
+                s1 = a1.size
+                if k[4] != s1:
                     k[4] = _nothing
                     k[0](1, a1)
-                    k[4] = a1.size
+                    k[4] = s1
                 if k[5] is not a2:
                     k[5] = _nothing
                     k[1](2, _pack2(a2))

@@ -26,10 +26,11 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                 raise
         try:
             k[0](0, a0)
-            if k[4] != a1.int_ptr:
+            s1 = a1.int_ptr
+            if k[4] != s1:
                 k[4] = _nothing
                 k[0](1, a1)
-                k[4] = a1.int_ptr
+                k[4] = s1
             if k[5]() is not a2:
                 if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                     _bad_array(linked, 2, a2)
@@ -96,10 +97,11 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                     raise
             try:
                 k[0](0, a0)
-                if k[4] != a1.int_ptr:
+                s1 = a1.int_ptr
+                if k[4] != s1:
                     k[4] = _nothing
                     k[0](1, a1)
-                    k[4] = a1.int_ptr
+                    k[4] = s1
                 if k[5]() is not a2:
                     if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                         _bad_array(linked, 2, a2)
@@ -152,10 +154,11 @@ def opencl_entry_Image_Sampler_Array_np_float32(linked, miss, mismatch, unknown)
                     raise
             try:
                 k[0](0, a0)
-                if k[4] != a1.int_ptr:
+                s1 = a1.int_ptr
+                if k[4] != s1:
                     k[4] = _nothing
                     k[0](1, a1)
-                    k[4] = a1.int_ptr
+                    k[4] = s1
                 if k[5]() is not a2:
                     if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                         _bad_array(linked, 2, a2)
