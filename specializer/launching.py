@@ -147,7 +147,7 @@ Three levels around a launch, each with one owner (``docs/design.md`` maps every
    newest under that launcher's ``front_attr``; each where keeps the newest of each kernel
    for it in each launcher's *where table*
    (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``, keyed
-   by weak references to kernels that remove themselves when their kernel goes), which a
+   by each kernel's token, an entry dropped when its kernel goes: ``_keep``), which a
    launch for another where finds and makes the kernel's newest. Arguments of other types go
    to the entry the newest replaced for the same world, where and kwargs (its ``_next``), up
    to :data:`CHAIN` entries in all, so a kernel launched with a few argument types in turn
@@ -674,7 +674,8 @@ class Launcher:
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
         """The *where table* of ``where``: what the core keeps for one where (a kernel's front
-        entry for it, by kernel), owned by the where so that it goes with it. By default a
+        entry for it, by kernel token: it keeps no kernel), owned by the where so that it goes
+        with it. By default a
         dict in the where's own ``__dict__`` under ``where_attr``, made on first use (or not,
         when ``make`` is false: then None); None when the back-end has no ``where_attr`` or
         the where has no ``__dict__``. A back-end whose wheres cannot carry one may override
