@@ -41,33 +41,34 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
 
 
     def front(_w, _where, _kw, _F, _other, _next):
-        # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
-        # kernel instance type) of the lookup it holds. Another where goes to the kernel's
-        # entry for that where (_other(F, where): its newest there, or None), which checks
-        # everything again; arguments of other types go to _next, the entry of the same
-        # world, where and kwargs this one replaced (None: none); anything else is a miss.
-        # What only those paths use is one tuple, _cold: CPython copies each variable a
-        # closure reads into its frame on every call.
-        _cold = (miss, _other, _F, _next)
+        # A kernel's front entry, bound to the world, where and compiler kwargs of the
+        # lookup it holds, and to its kernel or kernel instance type weakly (_F, a weak
+        # reference: a where's table keeps entries, and must not keep their kernels). Another
+        # where goes to the kernel's entry for that where (_other(F, where): its newest there,
+        # or None), which checks everything again; arguments of other types go to _next, the
+        # entry of the same world, where and kwargs this one replaced (None: none); anything
+        # else is a miss. What only those paths use is one tuple, _cold: CPython copies each
+        # variable a closure reads into its frame on every call.
+        _cold = (miss, _other, _next)
 
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
             if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
-                miss_, other_, F_, _ = _cold
+                miss_, other_, _ = _cold
                 if where is not _where:  # the kernel's entry for that where, if it has one
-                    e = other_(F_, where)
+                    e = other_(f, where)
                     if e is not None:
                         return e(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss_(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             try:
                 a0, a1, a2, = args
             except ValueError:
-                miss_, _, _, next_ = _cold
+                miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss_(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
             if not ((a0.__class__ is _C0 or a0.__class__ is _ndarray and a0.size == 1) and a0.dtype == _D0 and a1.__class__ is _C1 and (a2.__class__ is _C2 and (a2 := a2.ptr) is not None or a2.__class__ in _CAI and (d2 := a2.__cuda_array_interface__)["typestr"] == _D2 and d2.get("strides") is None and ("mask" not in d2 or d2["mask"] is None) and (a2 := d2["data"][0]) is not None or (r2 := _R.get(a2.__class__)) is not None and (a2 := r2(a2, _D2)) is not None)):  # (args, not a guard's rebinding of an argument)
-                miss_, _, _, next_ = _cold
+                miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, grid, block, stream, shared_mem, cooperative, kw)
                 return miss_(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)

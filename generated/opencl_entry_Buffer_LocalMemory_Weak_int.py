@@ -9,6 +9,8 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
     def run(params, global_size, local_size, global_offset, wait_for, queue, ):
         # The slow path's launch: every argument was typed, captured values come first.
         a0, a1, a2, = params
+        if a2.__class__ is not _S2:  # a subclass: not recorded
+            a2 = _S2(a2)
         try:
             k = _take()
         except IndexError:
@@ -26,10 +28,11 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                 raise
         try:
             k[0](0, a0)
-            if k[4] is not a1:
+            s1 = a1.size
+            if k[4] != s1:
                 k[4] = _nothing
                 k[0](1, a1)
-                k[4] = a1
+                k[4] = s1
             if k[5] is not a2:
                 k[5] = _nothing
                 k[1](2, _pack2(a2))
@@ -45,34 +48,35 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
 
 
     def front(_w, _where, _kw, _F, _other, _next, _options):
-        # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
-        # kernel instance type) of the lookup it holds. Another where goes to the kernel's
-        # entry for that where (_other(F, where): its newest there, or None), which checks
-        # everything again; arguments of other types go to _next, the entry of the same
-        # world, where and kwargs this one replaced (None: none); anything else is a miss.
-        # What only those paths use is one tuple, _cold: CPython copies each variable a
-        # closure reads into its frame on every call.
-        _cold = (miss, _other, _F, _next)
+        # A kernel's front entry, bound to the world, where and compiler kwargs of the
+        # lookup it holds, and to its kernel or kernel instance type weakly (_F, a weak
+        # reference: a where's table keeps entries, and must not keep their kernels). Another
+        # where goes to the kernel's entry for that where (_other(F, where): its newest there,
+        # or None), which checks everything again; arguments of other types go to _next, the
+        # entry of the same world, where and kwargs this one replaced (None: none); anything
+        # else is a miss. What only those paths use is one tuple, _cold: CPython copies each
+        # variable a closure reads into its frame on every call.
+        _cold = (miss, _other, _next)
 
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
             if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options:
-                miss_, other_, F_, _ = _cold
+                miss_, other_, _ = _cold
                 if queue is not _where:  # the kernel's entry for that where, if it has one
-                    e = other_(F_, queue)
+                    e = other_(f, queue)
                     if e is not None:
                         return e(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             try:
                 a0, a1, a2, = args
             except ValueError:
-                miss_, _, _, next_ = _cold
+                miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):  # (args, not a guard's rebinding of an argument)
-                miss_, _, _, next_ = _cold
+                miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
@@ -93,10 +97,11 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     raise
             try:
                 k[0](0, a0)
-                if k[4] is not a1:
+                s1 = a1.size
+                if k[4] != s1:
                     k[4] = _nothing
                     k[0](1, a1)
-                    k[4] = a1
+                    k[4] = s1
                 if k[5] is not a2:
                     k[5] = _nothing
                     k[1](2, _pack2(a2))
@@ -147,10 +152,11 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                     raise
             try:
                 k[0](0, a0)
-                if k[4] is not a1:
+                s1 = a1.size
+                if k[4] != s1:
                     k[4] = _nothing
                     k[0](1, a1)
-                    k[4] = a1
+                    k[4] = s1
                 if k[5] is not a2:
                     k[5] = _nothing
                     k[1](2, _pack2(a2))

@@ -25,10 +25,7 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                 _give(k)
                 raise
         try:
-            if k[3] is not a0:
-                k[3] = _nothing
-                k[1](0, a0)
-                k[3] = a0
+            k[1](0, a0)
             if k[4]() is not a1:
                 if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                     _bad_array(linked, 1, a1)
@@ -52,22 +49,23 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
 
 
     def front(_w, _where, _kw, _F, _other, _next, _options):
-        # A kernel's front entry, bound to the world, where, compiler kwargs and kernel (or
-        # kernel instance type) of the lookup it holds. Another where goes to the kernel's
-        # entry for that where (_other(F, where): its newest there, or None), which checks
-        # everything again; arguments of other types go to _next, the entry of the same
-        # world, where and kwargs this one replaced (None: none); anything else is a miss.
-        # What only those paths use is one tuple, _cold: CPython copies each variable a
-        # closure reads into its frame on every call.
-        _cold = (miss, _other, _F, _next)
+        # A kernel's front entry, bound to the world, where and compiler kwargs of the
+        # lookup it holds, and to its kernel or kernel instance type weakly (_F, a weak
+        # reference: a where's table keeps entries, and must not keep their kernels). Another
+        # where goes to the kernel's entry for that where (_other(F, where): its newest there,
+        # or None), which checks everything again; arguments of other types go to _next, the
+        # entry of the same world, where and kwargs this one replaced (None: none); anything
+        # else is a miss. What only those paths use is one tuple, _cold: CPython copies each
+        # variable a closure reads into its frame on every call.
+        _cold = (miss, _other, _next)
 
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _DEFAULT[0]
-            if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options or f.__class__ is not _F:
-                miss_, other_, F_, _ = _cold
+            if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options or f.__class__ is not _F():
+                miss_, other_, _ = _cold
                 if queue is not _where:  # the kernel's entry for that where, if it has one
-                    e = other_(F_, queue)
+                    e = other_(f.__class__, queue)
                     if e is not None:
                         return e(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
@@ -75,12 +73,12 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
             try:
                 a1, a2, = args
             except ValueError:
-                miss_, _, _, next_ = _cold
+                miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
             if not (a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1) and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)):  # (args, not a guard's rebinding of an argument)
-                miss_, _, _, next_ = _cold
+                miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
                 return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
@@ -100,10 +98,7 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                     _give(k)
                     raise
             try:
-                if k[3] is not a0:
-                    k[3] = _nothing
-                    k[1](0, a0)
-                    k[3] = a0
+                k[1](0, a0)
                 if k[4]() is not a1:
                     if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                         _bad_array(linked, 1, a1)
@@ -162,10 +157,7 @@ def opencl_entry_np_float32_Array_np_float32_Array_np_float32_captured_1(linked,
                     _give(k)
                     raise
             try:
-                if k[3] is not a0:
-                    k[3] = _nothing
-                    k[1](0, a0)
-                    k[3] = a0
+                k[1](0, a0)
                 if k[4]() is not a1:
                     if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                         _bad_array(linked, 1, a1)

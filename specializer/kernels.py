@@ -85,6 +85,7 @@ class _ByName:
     #: the closure cells of the definition that made it (``()`` without a closure): part of
     #: its key in :class:`Definitions`, and held here so their ids there stay theirs
     _cells: tuple[Any, ...]
+    _definitions: Definitions  # the definitions that made it: it is theirs (Definitions.own)
 
     def __reduce__(self) -> str:
         if self._cells or "<locals>" in self.__qualname__:
@@ -298,6 +299,7 @@ class Definitions:
                 gf = self.kernel_class(name, self.typeof) if cls is Kernel else cls(name)
                 gf.__module__, gf.__name__, gf.__qualname__ = module, name, qualname
                 gf._cells = cells
+                gf._definitions = self
                 table[key] = gf
         if sig is not None:
             gf.add_method(fn, signature=sig, callees=callees)
@@ -379,7 +381,7 @@ class Definitions:
         """The kernel of ``F`` (a kernel or kernel instance type), which must have been defined
         with these decorators: a kernel of another back-end is a ``TypeError``."""
         k = kernel_of(F)[0]
-        if k.typeof is not self.typeof:
+        if getattr(k, "_definitions", None) is not self:
             raise TypeError(
                 f"kernel {k.name} was defined with another back-end's @kernel; launch it with "
                 f"that back-end, or define it with {self.module}.kernel"

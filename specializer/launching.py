@@ -25,10 +25,12 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   "Cached state"); ``None`` (the default): each kernel keeps only its newest front entry.
   :meth:`Launcher.where_table` may be overridden instead (the table it gives must be this
   launcher's own: CUDA's keeps one per ``front_attr`` in its context key, with
-  :func:`table_in`). A second
-  launcher over the same definitions (another instance of the class, or a subclass) keeps
+  :func:`table_in`). A
+  launcher whose names another launcher of this process has taken (another instance of the
+  class, a subclass, or another back-end's launcher that asked for the same names) keeps
   its entries under both names numbered (``_2``, ``_3``...), and what the core binds to a
-  linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code.
+  linked kernel is keyed on ``front_attr`` too: two launchers never run each other's code,
+  and a kernel of other definitions takes the slow path, which refuses it by name.
   They share the cached lookup's results where their ``link`` is the same function (its
   code is the call site): a subclass whose results differ must say how in its ``key``.
 - ``V``: the class of the lookup's result (checked on a miss); ``host_class``: the
@@ -47,10 +49,12 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   since the generated code is shared by every kernel of a signature.
 - :meth:`Launcher.resolve` ``(opts)``: given the launch options alone (in ``options``
   order, no compiler kwargs), the where of a launch and the options with one left to its
-  default filled in; :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
+  default filled in (a launch reads a default, a queue or context, only here: once);
+  :meth:`Launcher.resolve_where` ``(where_opt)``: the same for a
   lookup; :meth:`Launcher.key` ``(where, kw)``: the lookup key, a tuple, for a where and
   compiler kwargs, comparing by value (it refuses unknown kwargs, naming the launch options
-  and the compiler options).
+  and the compiler options); :meth:`Launcher.check_args` ``(where, f, args)`` (optional):
+  what the slow path checks of the arguments against that where (OpenCL: their contexts).
 - :meth:`Launcher.guard_of` ``(t)`` and :meth:`Launcher.kinds` ``(tt, resolved, ncaptured)``:
   each argument type's *guard* (what tells on the fast path that a value has that type: its
   class, and dtype) and each parameter's *kind* (how the template sets it), with the globals
@@ -139,18 +143,20 @@ Three levels around a launch, each with one owner (``docs/design.md`` maps every
 
 1. *Front entries* (the kernel's): the generated entry of one lookup, bound to its world,
    where, compiler kwargs (frozen: private copies, compared by value; a value of another
-   mutable type, a ``UserList``, publishes none) and kernel. A kernel keeps each launcher's
+   mutable type, a ``UserList``, publishes none) and, weakly, kernel. A kernel keeps each launcher's
    newest under that launcher's ``front_attr``; each where keeps the newest of each kernel
    for it in each launcher's *where table*
-   (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``), which a
+   (:meth:`Launcher.where_table`: by default a dict in the where's own ``__dict__``, keyed
+   by each kernel's token, an entry dropped when its kernel goes: ``_keep``), which a
    launch for another where finds and makes the kernel's newest. Arguments of other types go
    to the entry the newest replaced for the same world, where and kwargs (its ``_next``), up
    to :data:`CHAIN` entries in all, so a kernel launched with a few argument types in turn
    keeps hitting. Invalidated by comparison: an entry of another world (compared by value),
    another where or other kwargs is not used (a miss publishes a new one, chained to none
-   of them). Lifetime: a where table goes with its where; the only user
-   object kept beyond that is the where of each kernel's newest entry per launcher, until
-   the kernel launches elsewhere through that launcher. An entry holds its launcher: a
+   of them). Lifetime: a where table goes with its where, and keeps no kernel alive (nor
+   does any entry: a kernel holds its own); the only user object kept beyond that is the
+   where of each kernel's newest entry per launcher, until the kernel launches elsewhere
+   through that launcher. An entry holds its launcher: a
    launcher lives as long as its definitions' kernels do (back-ends make one, at import).
 2. *The specialized lookup's cell*: ``cached_lookup`` through
    :class:`~specializer.kernels.LookupSite`, four (world, key) entries per (kernel, types),
@@ -170,9 +176,11 @@ from __future__ import annotations
 
 import ast
 import functools
+import itertools
 import os
+import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import numpy as np
 
@@ -233,13 +241,19 @@ class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the
         )
 
 
-#: guards the attributes each Definitions' launchers have taken (Launcher._own_attrs)
+#: guards the attributes the launchers of this process have taken (Launcher._own_attrs)
 _ATTRS_LOCK = new_lock(reentrant=False)
+#: every launcher's front_attr and where_attr: each name is one launcher's, whatever its
+#: definitions (names only: a launcher lives as long as its definitions' kernels do)
+_TAKEN_ATTRS: frozenset[str] = frozenset()
 #: the defaults a launch option may have
 _DEFAULTS = ("required", "none", "zero", "false")
 #: front entries a launch tries, for one kernel, world, where and compiler kwargs, before a
 #: miss: a kernel launched with arguments of up to this many types in turn does not miss
 CHAIN = 4
+#: how many times a miss asks a `where` block and ``resolve`` again, together, before it
+#: calls their disagreement the back-end's (see Launcher._recognized)
+_WHERE_TRIES = 8
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
 
@@ -264,11 +278,11 @@ class Launcher:
     #: the variable the template's ``where`` block sets: the where a front entry compares
     where_name: ClassVar[str] = "where"
     #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
-    #: None: no where tables, each kernel keeps its newest front entry only. A second
-    #: launcher over the same definitions uses it numbered (``_2``), as it does front_attr
+    #: None: no where tables, each kernel keeps its newest front entry only. A launcher
+    #: whose name another launcher took uses it numbered (``_2``), as it does front_attr
     where_attr: str | None = None
     #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
-    #: (numbered, ``_2``, for a second launcher over the same definitions)
+    #: (numbered, ``_2``, where another launcher of this process took it)
     front_attr: str
     #: what the lookup's result is an instance of (checked on a miss)
     V: ClassVar[type]
@@ -305,14 +319,20 @@ class Launcher:
     def _own_attrs(self, definitions: Definitions) -> None:
         """Take this launcher's attributes of the definitions' kernels and wheres (a kernel's
         front entry, a where's table): the class's ``front_attr`` and ``where_attr``, or, where
-        another launcher over the same definitions has them, the same names numbered (``_2``,
-        ``_3``...), so that two launchers never run each other's entries."""
+        another launcher in this process has them (over these definitions or any other's),
+        the same names numbered (``_2``, ``_3``...), so that two launchers never run each
+        other's entries: a kernel of other definitions has no entry under this launcher's
+        name, and its launch takes the slow path, which refuses it by name."""
+        global _TAKEN_ATTRS
         with _ATTRS_LOCK():
-            taken = definitions.launcher_attrs
+            taken = _TAKEN_ATTRS
             front, where = _free_attrs(self.front_attr, self.where_attr, taken)
+            _TAKEN_ATTRS = taken | {front} | ({where} if where else set())
             self.front_attr, self.where_attr = front, where
-            definitions.launcher_attrs = taken | {front} | ({where} if where else set())
-            definitions.kernel_attrs += (front,)
+            definitions.launcher_attrs |= {front} | ({where} if where else set())
+            definitions.kernel_attrs += (
+                (front,) if _TOKEN in definitions.kernel_attrs else (front, _TOKEN)
+            )
             definitions.kernel_slots(*definitions.kernel_attrs)
 
     def _check_backend(self) -> None:
@@ -576,15 +596,18 @@ class Launcher:
             if v is not NOTHING:
                 kw = {**kw, k: v}
         given = opts[:n]
-        where, opts = self.resolve(given)
+        where, opts = self.resolve(given)  # the launch's one read of a default where
+        self.check_args(where, f, args)
         tt = self.argtypes(args, F)
         w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
         linked = self._lookup(F, tt, key)
+        self.check_fork()  # again: a compile hook of the lookup may have forked
         with self._misses_lock():
             self._misses += 1
         run, front, _, where_of = self.bound(linked, tt, F)
-        self._publish(F, w, where, kw, front, where_of(*given))
+        if self._recognized(where, given, where_of):
+            self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
 
     @property
@@ -593,20 +616,36 @@ class Launcher:
         lookup): what a test counts to see that launches hit."""
         return self._misses
 
-    def _publish(
-        self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any, entry_where: Any
-    ) -> None:
+    def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
+        """What a miss checks of a launch's arguments (and ``f``'s captured values) against
+        its where (``resolve``'s), before anything else; what a front entry for the same
+        where and argument types need not check again. Default: nothing."""
+
+    def _recognized(self, where: Any, given: tuple[Any, ...], where_of: Callable[..., Any]) -> bool:
+        """Whether a front entry for ``where`` would recognize a launch given options
+        ``given``: the `where` block gives what :meth:`resolve` gave. A block that reads a
+        default (a queue, a context) reads it again here, so a change of that default by
+        another thread since the launch's one read (``resolve``) may show: then the block
+        and ``resolve`` are asked again together, and a back-end is refused only when they
+        never agree; a launch that raced with such a change publishes no entry."""
+        entry_where = where_of(*given)
+        if entry_where is where:
+            return True
+        for _ in range(_WHERE_TRIES):
+            if where_of(*given) is self.resolve(given)[0]:
+                return False  # the default changed meanwhile: the block is right
+        raise TypeError(
+            f"back-end {self.name!r}: the `where` block of template {self.template!r} sets "
+            f"{self.where_name} to {entry_where!r} for a launch whose where is {where!r} "
+            "(Launcher.resolve): a front entry compares the two by identity, so every such "
+            "launch would take the slow path. Make the block give what resolve gives (fill "
+            "an option left to its default the same way)"
+        )
+
+    def _publish(self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any) -> None:
         # Only for the world the lookup ran in, and only if that is still the latest world:
         # not in a pinned task, nor while a hook or precompile mode is on (w is None then, or
         # is by now), nor when a definition raised the world during the lookup.
-        if entry_where is not where:
-            raise TypeError(
-                f"back-end {self.name!r}: the `where` block of template {self.template!r} sets "
-                f"{self.where_name} to {entry_where!r} for a launch whose where is {where!r} "
-                "(Launcher.resolve): a front entry compares the two by identity, so every such "
-                "launch would take the slow path. Make the block give what resolve gives (fill "
-                "an option left to its default the same way)"
-            )
         if w is not None and _world.task_cell()[0] == w:
             kw = _frozen(kw)
             if kw is NOTHING:  # a value of a type that may change in place: no entry
@@ -615,7 +654,8 @@ class Launcher:
             table = self.where_table(where)
             # The entry this one replaces for the same world, where and kwargs (arguments of
             # other types) comes next, up to CHAIN entries: alternating types do not miss.
-            prev = table.get(F) if table is not None else getattr(F, self.front_attr, None)
+            # (a where table keys kernels by their token, each dropped when it goes: _keep)
+            prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
             made = getattr(prev, "chain", None)
             depth = 0
@@ -623,18 +663,19 @@ class Launcher:
                 depth = made[4] + 1
             if depth == 0 or depth >= CHAIN:
                 prev, depth = None, 0
-            entry = front(w, where, kw, F, self.other, prev, *lifted)
+            entry = front(w, where, kw, weakref.ref(F), self.other, prev, *lifted)
             entry.chain = (w, where, kw, lifted, depth)  # what the next publication compares
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
             if table is not None:  # kept by the where itself: gone with it
-                table[F] = held
+                _keep(table, F, held)
             setattr(F, self.front_attr, held)
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
         """The *where table* of ``where``: what the core keeps for one where (a kernel's front
-        entry for it, by kernel), owned by the where so that it goes with it. By default a
+        entry for it, by kernel token: it keeps no kernel), owned by the where so that it goes
+        with it. By default a
         dict in the where's own ``__dict__`` under ``where_attr``, made on first use (or not,
         when ``make`` is false: then None); None when the back-end has no ``where_attr`` or
         the where has no ``__dict__``. A back-end whose wheres cannot carry one may override
@@ -652,8 +693,8 @@ class Launcher:
 
         def other(F: Any, where: Any) -> Any:
             try:
-                entry = table_of(where, False)[F]  # type: ignore[index]
-            except (KeyError, TypeError):  # TypeError: no table
+                entry = table_of(where, False)[F._specializer_token]  # type: ignore[index]
+            except (KeyError, TypeError, AttributeError):  # no table, or never kept in one
                 return None
             setattr(F, attr, entry)
             return entry
@@ -740,6 +781,7 @@ class Launcher:
         tt = self.tt_of(tt)
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))
+        self.check_fork()  # again: a compile hook of the lookup may have forked
         return self.host_class(self.bound(linked, tt, F)[2](f, where), f, where, tt, linked)
 
     def resolve_where(self, where_opt: Any) -> Any:
@@ -757,9 +799,62 @@ def table_in(tables: dict[Any, Any], name: str, make: bool) -> dict[Any, Any] | 
     return table if isinstance(table, dict) else None
 
 
+#: the attribute of a kernel (or kernel instance type) that holds its key in where tables: a
+#: number no other kernel of the process ever has (so a table keeps no kernel, and no key is
+#: ever another kernel's)
+_TOKEN = "_specializer_token"
+_tokens = itertools.count(1)
+#: a where table's key of its _Drops
+_DROPS = object()
+
+
+def _token(F: Any) -> int:
+    """``F``'s key in where tables, given on first use (a class's own, not a base class's)."""
+    tok = F.__dict__.get(_TOKEN) if isinstance(F, type) else getattr(F, _TOKEN, None)
+    if tok is None:
+        tok = next(_tokens)
+        setattr(F, _TOKEN, tok)
+    return cast(int, tok)
+
+
+class _Drops:
+    """What drops a where table's entries for kernels that are gone: a weak reference to
+    each kernel kept there, whose callback pops its entry. Held by the table only (so it goes
+    with it), and referred to weakly by the callbacks."""
+
+    __slots__ = ("__weakref__", "refs", "table")
+
+    def __init__(self, table: dict[Any, Any]) -> None:
+        self.table = table
+        self.refs: dict[int, weakref.ref[Any]] = {}
+
+
+def _keep(table: dict[Any, Any], F: Any, entry: Any) -> None:
+    """Keep ``entry`` in where table ``table`` for ``F`` (alive: a launch of it publishes),
+    under ``F``'s token, until ``F`` is gone: a where keeps no kernel alive (its entries refer
+    to their kernels weakly). A lookup by ``F._specializer_token`` costs what one by ``F``
+    would."""
+    tok = _token(F)
+    drops = table.get(_DROPS)
+    if drops is None:
+        drops = table.setdefault(_DROPS, _Drops(table))
+    if tok not in drops.refs:
+        drops.refs[tok] = weakref.ref(F, functools.partial(_gone, weakref.ref(drops), tok))
+    table[tok] = entry
+
+
+def _gone(drops_ref: weakref.ref[_Drops], tok: int, _: Any) -> None:
+    """A kernel kept in a where table is gone: drop its entry (from the collector, in any
+    thread: each step one atomic dict operation)."""
+    drops = drops_ref()
+    if drops is not None:
+        drops.table.pop(tok, None)
+        drops.refs.pop(tok, None)
+
+
 def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:
     """``front`` and ``where``, or the first pair of them numbered (``_2``, ``_3``...) that
-    no other launcher over the same definitions has taken."""
+    no other launcher has taken."""
     n = 1
     f, w = front, where
     while f in taken or (w is not None and w in taken):

@@ -33,10 +33,11 @@ launch takes a kernel object from its linked kernel's pool (``list.pop``, atomic
 and per-object locks alike) and gives it back after the enqueue, so concurrent launches use
 different kernel objects, without a lock; a pool grows only to the number of launches ever in
 flight at once. Each kernel object's record says what is set at each index without holding a
-user's buffer, array or image (a weak reference to the array, the immutable scalar; a raw
-buffer or an image is set on every launch), and is cleared before an argument is set and
-stored after, so an interrupted launch never leaves it naming a value that is not set
-(``templates/opencl_entry.py.j2`` has the details).
+user's buffer, array, image, sampler, local memory or captured value (a weak reference to the
+array, a local memory's size, a sampler's handle, an immutable scalar launch argument of an
+exact type; a raw buffer, an image or a captured value is set on every launch), and is
+cleared before an argument is set and stored after, so an interrupted launch never leaves it
+naming a value that is not set (``templates/opencl_entry.py.j2`` has the details).
 """
 
 from __future__ import annotations
@@ -1448,12 +1449,11 @@ class _OpenCLLauncher(launching.Launcher):
             raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
         return queue, opts
 
-    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+    def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
         # The slow path of a launch also checks that no argument lives in another context
         # than the queue's (what a launch with its front entry, for the same queue and
         # argument types, no longer checks).
-        _check_contexts(self.resolve(opts[: len(self.options)])[0], f, args)
-        return super().miss(f, args, opts, kw)
+        _check_contexts(where, f, args)
 
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
@@ -1487,21 +1487,26 @@ class _OpenCLLauncher(launching.Launcher):
             "_ref": weakref.ref,
         }
         kinds = []
+        # A record holds no captured value (the instance's): those are set on every launch.
         for i, (t, r) in enumerate(zip(tt, resolved)):
             if issubclass(t, Array):
                 kinds.append("array")
-            elif issubclass(t, (LocalMemory, Sampler)):
-                kinds.append("held")
+            elif issubclass(t, LocalMemory):
+                kinds.append("local")
+            elif issubclass(t, Sampler):
+                kinds.append("sampler")
             elif issubclass(t, _ArgType):
                 kinds.append("object")
             elif issubclass(t, Struct):
                 kinds.append("bytes")
             elif issubclass(t, WeakScalar):
                 namespace[f"_pack{i}"] = _packer(resolve_weak(t, r))
-                kinds.append("packed")
+                namespace[f"_S{i}"] = t.pytype
+                kinds.append("packed" if i >= ncaptured else "packed_each")
             else:
                 _c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
-                kinds.append("scalar")
+                namespace[f"_S{i}"] = t
+                kinds.append("scalar" if i >= ncaptured else "bytes")
         guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
         return guards, kinds, namespace
 
