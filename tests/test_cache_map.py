@@ -140,7 +140,7 @@ def test_the_cache_map_finds_the_containers_it_must_find():
         "specializer.backends.opencl._GUARD_CLASS",
         "specializer.backends.opencl._programs",
         "specializer.launching.Launcher.guard_kinds",
-        "specializer.backends.cuda._compiler.nvrtc_version",
+        "specializer.backends.cuda._nvrtc.nvrtc_version",
     ):
         assert name in found, name
 
@@ -678,12 +678,12 @@ def test_opencl_argument_set_records_set_each_new_value(cl_counts):
 def _cuda():
     cuda = pytest.importorskip("specializer.backends.cuda")
     try:
-        from specializer.backends.cuda import _compiler
+        from specializer.backends.cuda import _nvrtc, _program
 
-        _compiler.nvrtc_version()
+        _nvrtc.nvrtc_version()
     except Exception as e:  # no NVRTC: nothing to compile with
         pytest.skip(f"NVRTC unavailable: {e}")
-    return cuda, _compiler
+    return cuda, _program
 
 
 CU_SOURCE = 'extern "C" __global__ void {name}(int *x) {{ x[threadIdx.x] = {value}; }}'
@@ -712,31 +712,31 @@ CUDA_CASES = {
 def test_cuda_nvrtc_programs_are_keyed_on_source_arch_and_options(change, monkeypatch, tmp_path):
     """Row '3. CUDA NVRTC programs': another kernel of the same source reuses the program;
     another architecture or options compile again."""
-    cuda, _compiler = _cuda()
+    cuda, _program = _cuda()
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))  # an empty disk cache
     tt = (cuda.Array[np.int32],)
     value, kw, compiles = CUDA_CASES[change]
-    n = _compiler.nvrtc_compiles()
+    n = _program.nvrtc_compiles()
     assert ".entry cm_cu" in cuda.code_ptx(_cu_kernel(cuda, value), tt, arch="sm_80")
-    assert _compiler.nvrtc_compiles() - n == 1
+    assert _program.nvrtc_compiles() - n == 1
     cuda.code_ptx(_cu_kernel(cuda, value), tt, **kw)  # another kernel, its source the same
-    assert _compiler.nvrtc_compiles() - n - 1 == compiles
+    assert _program.nvrtc_compiles() - n - 1 == compiles
 
 
 def test_cuda_disk_cache_serves_a_later_process_and_misses_on_another_source(monkeypatch, tmp_path):
     """Row 'CUDA PTX and cubins on disk': with the in-memory programs gone (as in a later
     process), the same source and options are read from disk; another source compiles."""
-    cuda, _compiler = _cuda()
+    cuda, _program = _cuda()
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
     tt = (cuda.Array[np.int32],)
-    n = _compiler.nvrtc_compiles()
+    n = _program.nvrtc_compiles()
     ptx = cuda.code_ptx(_cu_kernel(cuda, 111), tt, arch="sm_80")
-    assert _compiler.nvrtc_compiles() - n == 1
-    monkeypatch.setattr(_compiler, "_programs", type(_compiler._programs)())  # a new process
+    assert _program.nvrtc_compiles() - n == 1
+    monkeypatch.setattr(_program, "_programs", type(_program._programs)())  # a new process
     assert cuda.code_ptx(_cu_kernel(cuda, 111), tt, arch="sm_80") == ptx
-    assert _compiler.nvrtc_compiles() - n == 1  # from disk
+    assert _program.nvrtc_compiles() - n == 1  # from disk
     cuda.code_ptx(_cu_kernel(cuda, 112), tt, arch="sm_80")
-    assert _compiler.nvrtc_compiles() - n == 2
+    assert _program.nvrtc_compiles() - n == 2
 
 
 # -- template renders on disk (`specializer.codegen.render`) ---------------------------------

@@ -615,8 +615,14 @@ def test_importing_the_cuda_back_end_does_not_touch_the_driver():
 # each checks its PTX: the .entry names, the parameter lists, .shared and .const declarations.
 
 from specializer import device_code  # noqa: E402
-from specializer.backends.cuda import _compiler, _diskcache, _types  # noqa: E402
-from specializer.backends.cuda._compiler import KernelSource  # noqa: E402
+from specializer.backends.cuda import (  # noqa: E402
+    _diskcache,
+    _program,
+    _ptx,
+    _toolkit,
+    _types,
+)
+from specializer.backends.cuda._source import KernelSource  # noqa: E402
 
 _ENTRY = re.compile(r"\.(?:visible|weak) \.entry (\S+)\(([^)]*)\)")
 
@@ -640,7 +646,7 @@ def compiled_entry(f, tt, **kw):
 
 
 def test_toolkit_header_directories_are_found_and_given_to_nvrtc():
-    dirs = _compiler.toolkit_include_dirs()
+    dirs = _toolkit.toolkit_include_dirs()
     assert any(os.path.isfile(os.path.join(d, "cuda_fp16.h")) for d in dirs)
     assert any(os.path.isfile(os.path.join(d, "cooperative_groups.h")) for d in dirs)
     assert any(os.path.isfile(os.path.join(d, "cuda", "std", "version")) for d in dirs)
@@ -1005,7 +1011,7 @@ def test_convolution_separable_declares_its_constant_table():
     assert name == "_Z21convolutionRowsKernelPfPKfiii"
     assert params == [".u64", ".u64", ".u32", ".u32", ".u32"]
     assert re.search(r"^(\.visible )?\.const \.align 4 \.b8 c_Kernel\[68\];", ptx, re.M)
-    assert _compiler.ptx_globals(ptx) == ["c_Kernel"]
+    assert _ptx.ptx_globals(ptx) == ["c_Kernel"]
     assert shared_bytes(ptx) == [4 * (32 + 16) * 4]
 
 
@@ -1079,7 +1085,7 @@ def scaled(x: A[np.number], n: np.int32):
 def test_cupy_raw_module_templates_namespaces_and_globals():
     ptx = cuda.code_ptx(my_pow2, (A[np.int32], np.int32), arch=ARCH)
     assert entries(ptx) == {"_Z7my_pow2IiEvPT_i": [".u64", ".u32"]}
-    assert _compiler.ptx_globals(ptx) == ["some_table", "calls"]
+    assert _ptx.ptx_globals(ptx) == ["some_table", "calls"]
     assert re.search(r"\.const \.align 4 \.b8 some_table\[400\]", ptx)
     assert re.search(r"\.global \.align 4 \.u32 calls", ptx)
     ptx = cuda.code_ptx(my_pow2, (A[np.float64], np.int32), arch=ARCH)
@@ -1223,9 +1229,9 @@ def test_host_headers_say_the_file_includes_host_code(include):
 
 
 def test_a_missing_toolkit_header_directory_is_named_with_how_to_get_it(monkeypatch):
-    none = tuple(_compiler._HeaderDir(k, None, "") for k in ("cudart", "cccl"))
-    monkeypatch.setattr(_compiler, "_header_dirs", lambda: none)
-    assert _compiler.toolkit_include_dirs() == ()
+    none = tuple(_toolkit._HeaderDir(k, None, "") for k in ("cudart", "cccl"))
+    monkeypatch.setattr(_toolkit, "_header_dirs", lambda: none)
+    assert _toolkit.toolkit_include_dirs() == ()
 
     @cuda.kernel
     def needs_headers(x: A[np.float16]) -> str:
@@ -1255,12 +1261,12 @@ def test_header_directories_from_cuda_home_without_cuda_pathfinder(monkeypatch, 
     monkeypatch.setitem(sys.modules, "cuda.pathfinder", None)  # importing it fails
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("CUDA_HOME", str(tmp_path))
-    cudart = _compiler._locate("cudart")
-    cccl = _compiler._locate("cccl")
+    cudart = _toolkit._locate("cudart")
+    cccl = _toolkit._locate("cccl")
     assert cudart.path == str(tmp_path / "include") and cudart.found_via == "CUDA_PATH/CUDA_HOME"
     assert cccl.path == str(tmp_path / "include" / "cccl")
     monkeypatch.delenv("CUDA_HOME")
-    assert _compiler._locate("cudart").path is None
+    assert _toolkit._locate("cudart").path is None
 
 
 def test_an_undefined_device_function_not_in_callees_gets_a_hint_to_add_it():
@@ -1378,11 +1384,9 @@ def test_copy_to_global_checks_the_size_and_byte_order_before_copying():
 
 def test_ptx_globals_lists_the_modules_variables():
     ptx = cuda.code_ptx(my_pow2, (A[np.float32], np.int32), arch=ARCH)
-    assert _compiler.ptx_globals(ptx) == ["some_table", "calls"]
+    assert _ptx.ptx_globals(ptx) == ["some_table", "calls"]
     assert (
-        _compiler.ptx_globals(
-            cuda.code_ptx(vector_add, (A[np.float32],) * 3 + (np.int32,), arch=ARCH)
-        )
+        _ptx.ptx_globals(cuda.code_ptx(vector_add, (A[np.float32],) * 3 + (np.int32,), arch=ARCH))
         == []
     )
 
@@ -1393,7 +1397,7 @@ _PROGRAM = """
 import hashlib, json, sys, time, os
 import numpy as np
 from specializer.backends import cuda
-from specializer.backends.cuda import _compiler
+from specializer.backends.cuda import _program
 
 @cuda.kernel
 def disk_cached(x: cuda.Array[np.float32], n: np.int32) -> str:
@@ -1406,7 +1410,7 @@ gate = os.environ.get("GATE")
 while gate and not os.path.exists(gate):
     time.sleep(0.005)
 ptx = cuda.code_ptx(disk_cached, (cuda.Array[np.float32], np.int32), arch=sys.argv[2])
-print(json.dumps({"compiles": _compiler.nvrtc_compiles(),
+print(json.dumps({"compiles": _program.nvrtc_compiles(),
                   "ptx": hashlib.sha256(ptx.encode()).hexdigest()}))
 """
 
@@ -1442,9 +1446,9 @@ def test_a_disk_entry_misses_on_any_part_of_its_key(tmp_path, monkeypatch):
     tmpl = "template <int N> __global__ void keyed_t(float *x) { x[0] = N; }\n"
 
     def compiles(source=src, names=("keyed",), arch=ARCH, options=()):
-        n = _compiler.nvrtc_compiles()
-        r = _compiler.nvrtc_compile(source, names, arch, options, kernel="keyed")
-        return _compiler.nvrtc_compiles() - n, r
+        n = _program.nvrtc_compiles()
+        r = _program.nvrtc_compile(source, names, arch, options, kernel="keyed")
+        return _program.nvrtc_compiles() - n, r
 
     assert compiles()[0] == 1
     ran, r = compiles()
@@ -1455,13 +1459,13 @@ def test_a_disk_entry_misses_on_any_part_of_its_key(tmp_path, monkeypatch):
     assert compiles(arch="sm_80")[0] == 1
     assert compiles(arch="compute_90")[1].cubin is None
     assert compiles(options=("-DX=1",))[0] == 1
-    monkeypatch.setattr(_compiler, "nvrtc_version", lambda: (99, 0))
+    monkeypatch.setattr(_program, "nvrtc_version", lambda: (99, 0))
     assert compiles()[0] == 1  # another NVRTC
     monkeypatch.undo()
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(_compiler, "_headers_fingerprint", lambda: (("other.h", 1, 2),))
+    monkeypatch.setattr(_program, "headers_fingerprint", lambda: (("other.h", 1, 2),))
     assert compiles()[0] == 1  # other headers
-    monkeypatch.setattr(_compiler, "toolkit_include_dirs", lambda: ("/elsewhere",))
+    monkeypatch.setattr(_program, "toolkit_include_dirs", lambda: ("/elsewhere",))
     assert compiles()[0] == 1  # other header directories: other options
     monkeypatch.undo()
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
@@ -1472,24 +1476,24 @@ def test_a_corrupt_or_unreadable_entry_is_ignored_and_rewritten(tmp_path, monkey
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
     src = 'extern "C" __global__ void damaged(int *x) { x[0] = 7; }'
     args = (src, ("damaged",), ARCH, ())
-    good = _compiler.nvrtc_compile(*args, kernel="damaged")
+    good = _program.nvrtc_compile(*args, kernel="damaged")
     (path,) = (tmp_path / "cuda").iterdir()
     whole = path.read_bytes()
     flipped = bytearray(whole)
     flipped[len(whole) // 2] ^= 0xFF
     other = src.replace("7", "8").replace("damaged", "other")
-    _compiler.nvrtc_compile(other, ("other",), ARCH, (), kernel="other")
+    _program.nvrtc_compile(other, ("other",), ARCH, (), kernel="other")
     (foreign,) = (p for p in (tmp_path / "cuda").iterdir() if p != path)  # another entry's
     damages = (b"", b"garbage", whole[: len(whole) // 2], whole[:-1], bytes(flipped), whole + b"x")
     for damage in (*damages, foreign.read_bytes()):
         path.write_bytes(damage)
-        n = _compiler.nvrtc_compiles()
-        again = _compiler.nvrtc_compile(*args, kernel="damaged")
-        assert _compiler.nvrtc_compiles() == n + 1 and not again.cached
+        n = _program.nvrtc_compiles()
+        again = _program.nvrtc_compile(*args, kernel="damaged")
+        assert _program.nvrtc_compiles() == n + 1 and not again.cached
         assert again.ptx == good.ptx and path.read_bytes() == whole  # rewritten whole
     path.unlink()
     path.mkdir()  # an entry that cannot be read or replaced: compiling still works
-    assert _compiler.nvrtc_compile(*args, kernel="damaged").ptx == good.ptx
+    assert _program.nvrtc_compile(*args, kernel="damaged").ptx == good.ptx
 
 
 @pytest.mark.slow
@@ -1556,10 +1560,10 @@ def test_the_disk_cache_is_off_with_an_empty_or_zero_directory(tmp_path, monkeyp
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", value)
     assert _diskcache.cache_dir() is None
     src = 'extern "C" __global__ void uncached(int *x) { x[0] = 3; }'
-    n = _compiler.nvrtc_compiles()
+    n = _program.nvrtc_compiles()
     for _ in range(2):
-        assert not _compiler.nvrtc_compile(src, ("uncached",), ARCH, (), kernel="u").cached
-    assert _compiler.nvrtc_compiles() == n + 2
+        assert not _program.nvrtc_compile(src, ("uncached",), ARCH, (), kernel="u").cached
+    assert _program.nvrtc_compiles() == n + 2
     assert list(tmp_path.iterdir()) == []
     if value == "":  # and in other processes
         assert run_program(value, value="7.0f")["compiles"] == 1
@@ -1593,12 +1597,12 @@ def test_an_entry_holds_compiled_code_only_and_precompile_mode_reads_it_but_writ
         return built_for_later
 
     tt = (A[np.float32],)
-    later = type(_compiler._programs)
+    later = type(_program._programs)
     with specializer.precompile_output():
         assert specializer.generating_output()
         ptx = cuda.code_ptx(define(), tt, arch=ARCH)
     assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(_compiler, "_programs", later())  # as in a later process
+    monkeypatch.setattr(_program, "_programs", later())  # as in a later process
     assert cuda.code_ptx(define(), tt, arch=ARCH) == ptx  # the mode off: written
     (path,) = (tmp_path / "cuda").iterdir()
     data = path.read_bytes()
@@ -1611,11 +1615,11 @@ def test_an_entry_holds_compiled_code_only_and_precompile_mode_reads_it_but_writ
     # (The world's number itself may occur in PTX by chance; what holds is that no field can
     # carry it: the fields are exactly the ones above, and none is named for a world.)
     assert b"world" not in data[start : start + n]
-    monkeypatch.setattr(_compiler, "_programs", later())
-    compiles = _compiler.nvrtc_compiles()
+    monkeypatch.setattr(_program, "_programs", later())
+    compiles = _program.nvrtc_compiles()
     with specializer.precompile_output():
         assert cuda.code_ptx(define(), tt, arch=ARCH) == ptx
-    assert _compiler.nvrtc_compiles() == compiles  # read from disk in the mode
+    assert _program.nvrtc_compiles() == compiles  # read from disk in the mode
     assert [p.name for p in tmp_path.rglob("*")] == ["cuda", path.name]
 
 
@@ -1624,7 +1628,7 @@ def test_an_unwritable_cache_directory_never_fails_a_compile(tmp_path, monkeypat
     blocker.write_text("not a directory")
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(blocker))
     src = 'extern "C" __global__ void nowhere_to_write(int *x) { x[0] = 1; }'
-    r = _compiler.nvrtc_compile(src, ("nowhere_to_write",), ARCH, (), kernel="n")
+    r = _program.nvrtc_compile(src, ("nowhere_to_write",), ARCH, (), kernel="n")
     assert r.ptx and not r.cached
 
 
@@ -1635,9 +1639,9 @@ def nvrtc_run(name):
     """Compile a small kernel called ``name`` through the disk cache: (whether NVRTC ran,
     the result)."""
     src = f'extern "C" __global__ void {name}(int *x) {{ x[0] = 5; }}'
-    n = _compiler.nvrtc_compiles()
-    r = _compiler.nvrtc_compile(src, (name,), ARCH, (), kernel=name)
-    return _compiler.nvrtc_compiles() - n, r
+    n = _program.nvrtc_compiles()
+    r = _program.nvrtc_compile(src, (name,), ARCH, (), kernel=name)
+    return _program.nvrtc_compiles() - n, r
 
 
 def entry_of(cache):
@@ -1823,7 +1827,7 @@ extern "C" __global__ void __launch_bounds__(128) twin_b(float *x) { x[threadIdx
 
 
 def test_two_kernels_of_one_source_are_one_nvrtc_run_and_one_disk_entry(tmp_path, monkeypatch):
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _program
 
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
     src = TWO_KERNELS + f"// {tmp_path}\n"  # a source of this test only
@@ -1837,11 +1841,11 @@ def test_two_kernels_of_one_source_are_one_nvrtc_run_and_one_disk_entry(tmp_path
         return src
 
     seen = []
-    n, core = _compiler.nvrtc_compiles(), compile_count()
+    n, core = _program.nvrtc_compiles(), compile_count()
     with specializer.device_code(lambda job, artifact: seen.append(artifact)):
         ptx_a = cuda.code_ptx(twin_a, (A[np.float32],), arch=ARCH)
         ptx_b = cuda.code_ptx(twin_b, (A[np.float32],), arch=ARCH)
-    assert _compiler.nvrtc_compiles() == n + 1  # one NVRTC run for both kernels
+    assert _program.nvrtc_compiles() == n + 1  # one NVRTC run for both kernels
     assert compile_count() == core + 2  # two method instances, as before
     assert ptx_a == ptx_b and ".entry twin_a" in ptx_a and ".entry twin_b" in ptx_a
     a, b = seen
@@ -1851,7 +1855,7 @@ def test_two_kernels_of_one_source_are_one_nvrtc_run_and_one_disk_entry(tmp_path
     prog = f"""
 import json, numpy as np
 from specializer.backends import cuda
-from specializer.backends.cuda import _compiler
+from specializer.backends.cuda import _program
 src = {src!r}
 @cuda.kernel
 def twin_b(x: cuda.Array[np.float32]) -> str:
@@ -1861,7 +1865,7 @@ def twin_a(x: cuda.Array[np.float32]) -> str:
     return src
 for k in (twin_b, twin_a):
     cuda.code_ptx(k, (cuda.Array[np.float32],), arch={ARCH!r})
-print(json.dumps(_compiler.nvrtc_compiles()))
+print(json.dumps(_program.nvrtc_compiles()))
 """
     env = {**os.environ, "SPECIALIZER_CACHE_DIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", prog], capture_output=True, text=True, env=env)
@@ -1870,7 +1874,7 @@ print(json.dumps(_compiler.nvrtc_compiles()))
 
 
 def test_a_template_instance_is_its_own_program_with_the_sources_kernels():
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _program
 
     src = """
     extern "C" __global__ void plain_k(float *x) { x[0] = 1.0f; }
@@ -1885,11 +1889,11 @@ def test_a_template_instance_is_its_own_program_with_the_sources_kernels():
     def plain_k(x: A[np.float32]) -> str:
         return src
 
-    n = _compiler.nvrtc_compiles()
+    n = _program.nvrtc_compiles()
     f32 = cuda.code_ptx(tmpl_k, (A[np.float32],), arch=ARCH)
     assert cuda.code_ptx(plain_k, (A[np.float32],), arch=ARCH) == f32  # the same program
     f64 = cuda.code_ptx(tmpl_k, (A[np.float64],), arch=ARCH)
-    assert _compiler.nvrtc_compiles() == n + 2
+    assert _program.nvrtc_compiles() == n + 2
     assert "_Z6tmpl_kIfEvPT_" in f32 and "_Z6tmpl_kIdEvPT_" not in f32
     assert "_Z6tmpl_kIdEvPT_" in f64 and ".entry plain_k" in f64
 
@@ -1912,7 +1916,7 @@ def test_a_name_that_is_no_nameable_kernel_falls_back_to_the_entry_alone():
 
 
 def test_kernel_names_finds_file_scope_non_template_kernels():
-    from specializer.backends.cuda._compiler import kernel_names
+    from specializer.backends.cuda._cxx import kernel_names
 
     src = """
     using namespace cooperative_groups;
@@ -1998,14 +2002,14 @@ def test_editing_an_included_header_and_redefining_rebuilds_in_this_process(tmp_
 _HEADER_PROGRAM = """
 import json, sys, numpy as np
 from specializer.backends import cuda
-from specializer.backends.cuda import _compiler
+from specializer.backends.cuda import _program
 @cuda.kernel
 def hdr_k(x: cuda.Array[np.float32]) -> str:
     return '''#include "params.h"
 extern "C" __global__ void hdr_k(float *x) { x[threadIdx.x] = SCALE; }
 '''
 ptx = cuda.code_ptx(hdr_k, (cuda.Array[np.float32],), arch=sys.argv[1], options=("-Iinclude",))
-print(json.dumps({"compiles": _compiler.nvrtc_compiles(), "four": "1082130432" in ptx}))
+print(json.dumps({"compiles": _program.nvrtc_compiles(), "four": "1082130432" in ptx}))
 """
 
 
@@ -2162,14 +2166,14 @@ def test_a_kernel_launched_with_too_few_arguments_is_a_type_error():
 
 
 def test_ptx_parameters_reads_every_kind_of_parameter():
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _program, _ptx
 
     src = """#include <cuda_fp16.h>
     struct S { double a; int b; };
     extern "C" __global__ void every_param(float *x, int v, double d, __half h, S s,
                                            float4 f, bool b, long long l) {}"""
-    ptx = _compiler.nvrtc_compile(src, ("every_param",), ARCH).ptx
-    kinds = [(k, n) for k, n, _ in _compiler.ptx_parameters(ptx, "every_param")]
+    ptx = _program.nvrtc_compile(src, ("every_param",), ARCH).ptx
+    kinds = [(k, n) for k, n, _ in _ptx.ptx_parameters(ptx, "every_param")]
     assert kinds[1:] == [
         ("i", 4),
         ("f", 8),

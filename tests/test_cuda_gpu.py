@@ -597,7 +597,7 @@ def test_fortran_ordered_foreign_arrays_are_passed_as_their_pointer():
 _DISK_PROGRAM = """
 import json, numpy as np
 from specializer.backends import cuda
-from specializer.backends.cuda import _compiler
+from specializer.backends.cuda import _program
 
 @cuda.kernel
 def from_disk(x: cuda.Array[np.float32], n: np.int32) -> str:
@@ -610,7 +610,7 @@ def from_disk(x: cuda.Array[np.float32], n: np.int32) -> str:
 x = cuda.CuArray.zeros(256)
 cuda.launch(from_disk, x, np.int32(256), grid=2, block=128)
 ok = bool((x.get() == 2 * np.arange(256, dtype=np.float32)).all())
-print(json.dumps({"compiles": _compiler.nvrtc_compiles(), "ok": ok}))
+print(json.dumps({"compiles": _program.nvrtc_compiles(), "ok": ok}))
 """
 
 
@@ -644,13 +644,13 @@ def shared_read(x: A[np.int32]) -> str:
 
 
 def test_kernels_of_one_source_share_one_module_and_its_variables():
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _program
 
     x = cuda.CuArray.zeros(1, np.int32)
-    n = _compiler.nvrtc_compiles()
+    n = _program.nvrtc_compiles()
     inc = cuda.cufunction(shared_inc, (A[np.int32],))
     read = cuda.cufunction(shared_read, (A[np.int32],))
-    assert _compiler.nvrtc_compiles() <= n + 1
+    assert _program.nvrtc_compiles() <= n + 1
     assert inc.linked.module is read.linked.module
     for _ in range(3):
         inc(x, grid=2, block=32)

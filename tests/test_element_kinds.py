@@ -463,6 +463,6 @@ def test_a_template_entry_is_checked_through_its_template_arguments(cuda):
 )
 def test_mangled_names_give_the_parameter_types_as_cplusplus_spells_them(mangled, params):
     pytest.importorskip("cuda.bindings")
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _cxx
 
-    assert _compiler.mangled_parameters(mangled) == params
+    assert _cxx.mangled_parameters(mangled) == params

@@ -240,13 +240,13 @@ def test_the_cuda_compiler_locks_are_fresh_in_a_child():
     pytest.importorskip("cuda.bindings")
     backend = """
 from specializer.backends import cuda
-from specializer.backends.cuda import _compiler
+from specializer.backends.cuda import _program
 
 @cuda.kernel
 def one(x: cuda.Array[np.float32]) -> str:
     return 'extern "C" __global__ void one(float *x) { x[0] = 1; }'
 """
-    setup = "HOLDING = [_compiler._programs_lock, _compiler._compiles_lock]\n"
+    setup = "HOLDING = [_program._programs_lock, _program._compiles_lock]\n"
     child = "return '.entry one' in cuda.code_ptx(one, (cuda.Array[np.float32],), arch='sm_90')"
     assert forked(setup, child, backend) == "True"
 

@@ -249,7 +249,7 @@ def test_cuda_compiles_the_edited_header_of_each_spelling(spelling, project):
 def test_cuda_past_the_cap_compiles_again_and_keeps_nothing_on_disk(project, monkeypatch):
     if cuda is None:
         pytest.skip("needs cuda-python")
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _program
 
     write(project / "params.h", "#define SCALE 2.0f\n")
     write(project / "other.h", "")
@@ -266,9 +266,9 @@ def test_cuda_past_the_cap_compiles_again_and_keeps_nothing_on_disk(project, mon
             capped_k, (cuda.Array[np.float32],), arch="sm_90", options=(f"-I{project}",)
         )
 
-    n = _compiler.nvrtc_compiles()
+    n = _program.nvrtc_compiles()
     assert "1073741824" in ptx() and "1073741824" in ptx()
-    assert _compiler.nvrtc_compiles() == n + 2  # the same text, not reused
+    assert _program.nvrtc_compiles() == n + 2  # the same text, not reused
     assert not (project.parent / "cache" / "cuda").exists()
 
 

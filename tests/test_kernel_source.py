@@ -26,7 +26,7 @@ except ImportError:  # pragma: no cover - pyopencl is a test dependency
 
 try:
     from specializer.backends import cuda
-    from specializer.backends.cuda import _compiler
+    from specializer.backends.cuda import _program
 except ImportError:  # pragma: no cover - the cuda extra is a test dependency
     cuda = None
 
@@ -253,8 +253,8 @@ extern "C" __global__ void opts_cu(ELEM *x) { x[threadIdx.x] *= (ELEM)(A + B); }
 def nvrtc_cache(tmp_path, monkeypatch):
     """An empty disk cache of this test's own, and the count of NVRTC compilations."""
     monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
-    start = _compiler.nvrtc_compiles()
-    return lambda: _compiler.nvrtc_compiles() - start
+    start = _program.nvrtc_compiles()
+    return lambda: _program.nvrtc_compiles() - start
 
 
 @needs_nvrtc
@@ -281,7 +281,7 @@ def test_cuda_options_from_the_method_reach_nvrtc_and_every_key(nvrtc_cache):
     # code is compiled, and the NVRTC program is shared (in this process, then from the disk)
     k = define(1)
     assert ptx(k, np.float32, options=("-DB=1000",)) == p32
-    _compiler._programs.clear()
+    _program._programs.clear()
     k = define(1)
     assert ptx(k, np.float64, options=("-DB=1000",)) == p64
     assert nvrtc_cache() == 2

@@ -25,7 +25,14 @@ LAYERS = [
     "_types",  # argument types: what a value dispatches as, its C type
     "_params",  # parameter buffers: how a launch's arguments are laid out
     "_diskcache",  # PTX and cubins on disk
-    "_compiler",  # NVRTC, programs, modules loaded into contexts, the Backend
+    "_cxx",  # what is read of C++: a source's kernels, a mangled name's parameters
+    "_ptx",  # what is read of PTX: parameters checked against argument types, variables
+    "_nvrtc",  # NVRTC's binding: its checker, error, version, architectures
+    "_toolkit",  # the toolkit's header directories, and a missing header's hint
+    "_source",  # KernelSource, and the program a compiler job makes
+    "_program",  # NVRTC compilation, its disk cache, the programs of a source
+    "_module",  # modules loaded into contexts, LinkedKernel
+    "_compiler",  # the Backend: compile, link, the config of compiler keyword arguments
     "_launch",  # the definitions, the Launcher, HostKernel, launch, cufunction
     "__init__",  # the public API
 ]
@@ -119,25 +126,25 @@ def test_the_reader_sees_each_form_of_import() -> None:
 
 def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
     pytest.importorskip("cuda.bindings")
-    from specializer.backends.cuda import _compiler, _driver, _launch
+    from specializer.backends.cuda import _compiler, _driver, _launch, _module
 
     assert _driver.check_use == _launch._launcher.check_fork
-    assert _compiler._forget_modules in _driver.on_forget
+    assert _module._forget_modules in _driver.on_forget
     assert _compiler.device_functions == _launch._definitions.device_functions
 
 
 def test_a_context_gone_drops_the_modules_loaded_into_it() -> None:
-    """The driver forgets a context through the compiler's hook (no GPU: a stand-in)."""
+    """The driver forgets a context through the modules' hook (no GPU: a stand-in)."""
     pytest.importorskip("cuda.bindings")
-    from specializer.backends.cuda import _compiler, _driver
+    from specializer.backends.cuda import _driver, _module
 
     class StandIn:  # a ContextKey holds its context weakly: anything weakly referable
         pass
 
     ctx = StandIn()
     token = _driver.ContextKey(ctx)  # type: ignore[arg-type]
-    _compiler._modules[token] = {"program": object()}
+    _module._modules[token] = {"program": object()}
     token.table["kernel"] = object()
     _driver._forget(token)
-    assert token not in _compiler._modules
+    assert token not in _module._modules
     assert token.table == {}

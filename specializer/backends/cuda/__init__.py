@@ -51,16 +51,7 @@ Design notes (the modules say more):
 
 from ...types import Struct
 from ._array import Array, CuArray
-from ._compiler import (
-    BACKEND,
-    COMPILER_KWARGS,
-    CUDAArtifact,
-    CUDABackend,
-    KernelSource,
-    LinkedKernel,
-    NVRTCError,
-    supported_archs,
-)
+from ._compiler import BACKEND, COMPILER_KWARGS, CUDABackend
 from ._driver import (
     Context,
     CUDAError,
@@ -83,6 +74,10 @@ from ._launch import (
     launch,
     typeof,
 )
+from ._module import LinkedKernel
+from ._nvrtc import NVRTCError, supported_archs
+from ._program import CUDAArtifact
+from ._source import KernelSource
 from ._types import ctype
 
 __all__ = [

@@ -170,7 +170,7 @@ check_use: Callable[[], None] = _unchecked
 
 #: Called with a context's key when the context is gone (destroyed or collected), after the
 #: core forgot the lookups keyed by it: each higher layer that keeps something per context
-#: (``_compiler``'s loaded modules) appends its own at import. They take no lock.
+#: (``_module``'s loaded modules) appends its own at import. They take no lock.
 on_forget: list[Callable[[ContextKey], None]] = []
 
 
@@ -222,7 +222,7 @@ def _forget(token: ContextKey) -> None:
     results keyed by it are dropped. Takes no lock (see launching.forget)."""
     launching.forget(token)
     for hook in on_forget:
-        hook(token)  # the modules loaded into it (_compiler's)
+        hook(token)  # the modules loaded into it (_module's)
     token.table.clear()  # each launcher's table of its kernels' front entries
 
 

@@ -31,7 +31,7 @@ from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
 from . import _compiler, _driver, _params
 from . import _types as _types
 from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
-from ._compiler import COMPILER_KWARGS, LinkedKernel, compiler_config
+from ._compiler import COMPILER_KWARGS, compiler_config
 from ._driver import (
     Context,
     ContextKey,
@@ -41,6 +41,7 @@ from ._driver import (
     launch_cooperative,
     local,
 )
+from ._module import LinkedKernel
 
 __all__ = [
     "LAUNCH_OPTIONS",

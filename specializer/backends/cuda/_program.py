@@ -1,0 +1,375 @@
+"""NVRTC programs: one compilation, kept on disk, and the programs the kernels of a source share.
+
+:func:`nvrtc_compile` compiles a program with NVRTC for an architecture: PTX always, and a
+cubin for a real architecture (``sm_XX``), which is what gets loaded, so the driver never
+has to JIT PTX newer than it knows. It needs no GPU.
+
+**On disk.** NVRTC's output is kept across processes by :mod:`._diskcache`
+(``SPECIALIZER_CACHE_DIR``; off with an empty value or ``0``), keyed by the full source,
+the name expressions, the options, the architecture, NVRTC's version and the headers
+found, and the contents of every user file the source includes (:mod:`specializer.includes`:
+``-I`` directories made absolute, the program name's directory, in-memory headers; none
+is kept where a computed include's search path is past the scan's cap).
+:func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process.
+
+**One program per source.** The kernels whose methods return one source (with one program
+name, in-memory headers, options and architecture) share one NVRTC program: the first
+compiles it with the name expressions of every kernel found in it (:func:`._cxx.kernel_names`),
+the others reuse it (in this process, and from the disk cache in the next).
+
+**Errors.** Every NVRTC failure is a :class:`~specializer.CompileError` naming the kernel,
+its entry, the architecture, the options and NVRTC's log, with a hint where the log
+shows a known mistake: a host header (``<cstdio>``, ``<iostream>``, a sample's
+``helper_cuda.h``: the file includes host code), a toolkit header not found, a function
+template without its instance (and, from :mod:`._compiler`, a device function of this
+back-end used without being in ``callees=``).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import includes
+from ...compiler import CompileError
+from ...locks import new_lock
+from . import _diskcache
+from ._cxx import kernel_names
+from ._nvrtc import NVRTCError, nvrtc, nvrtc_check, nvrtc_version, version_str
+from ._source import Program
+from ._toolkit import (
+    headers_cuda_version,
+    headers_fingerprint,
+    install_hint,
+    missing_header_hint,
+    toolkit_include_dirs,
+)
+
+__all__ = [
+    "CUDAArtifact",
+    "NVRTCResult",
+    "compile_program",
+    "included_digest",
+    "nvrtc_compile",
+    "nvrtc_compiles",
+]
+
+
+@dataclass(frozen=True)
+class CUDAArtifact:
+    """What NVRTC made of a job: the PTX, the cubin (for an ``sm_XX`` target), the entry's
+    lowered name, the architecture, NVRTC's log, the device source it came from, the name
+    expression of the entry, the options NVRTC was given (architecture first), and the key
+    of the NVRTC program it came from (``program``: the kernels of one source share it)."""
+
+    source: str
+    ptx: str
+    cubin: bytes | None
+    entry: str
+    arch: str
+    log: str
+    expression: str = ""
+    options: tuple[str, ...] = ()
+    program: str = ""
+
+
+@dataclass(frozen=True)
+class NVRTCResult:
+    """One NVRTC compilation: the PTX, the cubin (``sm_XX`` targets), the lowered name of
+    each name expression, NVRTC's log, the options it was given, and whether it came from
+    the disk cache."""
+
+    ptx: str
+    cubin: bytes | None
+    lowered: dict[str, str]
+    log: str
+    options: tuple[str, ...]
+    cached: bool = field(default=False, compare=False)
+
+
+_compiles = 0
+_compiles_lock = new_lock(reentrant=False)
+
+
+def nvrtc_compiles() -> int:
+    """How many times this process has run NVRTC's compiler (``nvrtcCompileProgram``); an
+    entry found in the disk cache runs it zero times."""
+    return _compiles
+
+
+def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
+    size: int = nvrtc_check(size_fn(prog), what, detail)
+    buf = b" " * size
+    nvrtc_check(get_fn(prog, buf), what, detail)
+    return buf
+
+
+_MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
+_GLOBALS_IN_SOURCE = re.compile(r"__global__\s+(?:[\w:<>,\s*&]*?\s)?(\w+)\s*\(")
+
+
+def _failure_hints(log: str, source: str, expression: str, kernel: str) -> list[str]:
+    hints = []
+    for header in dict.fromkeys(_MISSING.findall(log)):
+        hints.append(missing_header_hint(header))
+    if "cannot determine which instance of function template" in log:
+        hints.append(
+            f"{expression} is a function template: name the instance to compile, returning "
+            f"KernelSource(source, entry='{expression}<...>') from the method with the "
+            f"template arguments built from its concrete types (for example "
+            f"entry=f'{expression}<{{cuda.ctype(x.dtype)}}>')"
+        )
+    elif "__nv_name_map" in log:
+        defined = [n for n in dict.fromkeys(_GLOBALS_IN_SOURCE.findall(source)) if n]
+        there = (
+            f"; the source defines __global__ function(s) {', '.join(defined)}: name the "
+            f"method after one, or return KernelSource(source, entry='{defined[0]}')"
+            if defined
+            else ""
+        )
+        hints.append(
+            f"the source must define a __global__ function named {expression} (for a kernel "
+            f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
+        )
+    return hints
+
+
+def _compile_options(arch: str, options: tuple[str, ...]) -> tuple[str, ...]:
+    return (
+        f"--gpu-architecture={arch}",
+        *options,
+        *(f"--include-path={d}" for d in toolkit_include_dirs()),
+    )
+
+
+def _disk_key(
+    source: str,
+    expressions: tuple[str, ...],
+    opts: tuple[str, ...],
+    name: str = "",
+    headers: tuple[tuple[str, str], ...] = (),
+    included: str = "",
+) -> str:
+    parts: dict[str, Any] = {
+        "format": 1,
+        "source": source,
+        "name_expressions": sorted(expressions),  # in any order: one program
+        "options": list(opts),
+        "nvrtc": list(nvrtc_version()),
+        "headers": [list(h) for h in headers_fingerprint()],
+    }
+    if name or headers or included:  # (without them, the keys of before)
+        parts["program"] = {
+            "name": name,
+            "headers": [list(h) for h in headers],
+            "included": included,
+        }
+    return _diskcache.key_of(parts)
+
+
+def _program_name(name: str | None, kernel: str) -> str:
+    return name or f"{kernel or 'program'}.cu"
+
+
+def included_digest(
+    source: str,
+    options: tuple[str, ...],
+    name: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
+    kernel: str = "",
+) -> str:
+    """The digest of the user files ``source`` includes (:mod:`specializer.includes`): from
+    the ``-I`` directories of ``options`` made absolute, the program name's directory
+    (NVRTC looks there for quoted includes; a relative name is in the current directory)
+    and the in-memory ``headers``. Toolkit headers are not scanned: they count by NVRTC's
+    version and the headers' fingerprint."""
+    program = _program_name(name, kernel)
+    return includes.digest(
+        source,
+        includes.include_dirs(options),
+        dict(headers),
+        os.path.dirname(os.path.abspath(program)),
+    )
+
+
+def nvrtc_compile(
+    source: str,
+    expressions: tuple[str, ...],
+    arch: str,
+    options: tuple[str, ...] = (),
+    *,
+    kernel: str = "",
+    name: str | None = None,
+    headers: tuple[tuple[str, str], ...] = (),
+    included: str | None = None,
+) -> NVRTCResult:
+    """Compile ``source`` with NVRTC for ``arch`` (``sm_XX``: PTX and a cubin; ``compute_XX``:
+    PTX), with the toolkit's header directories after ``options``, and find the lowered name
+    of each name expression in ``expressions`` (``"fill"``, ``"reduce2<float>"``). ``name``
+    is the program's name (default ``<kernel>.cu``), ``headers`` its in-memory headers as
+    ``(include name, text)`` pairs. The disk cache is asked first and filled after; its key
+    holds the contents of every user file the source includes (:func:`included_digest`;
+    ``included``, when the caller has computed it already). ``kernel`` names the kernel in
+    messages. Raises :class:`~specializer.CompileError` naming the kernel, the options and
+    NVRTC's log."""
+    global _compiles
+    label = f"kernel {kernel}" if kernel else "a CUDA program"
+    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
+        if "\0" in text:
+            raise CompileError(
+                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
+                f"NVRTC would compile it cut short there; remove it"
+            )
+    opts = _compile_options(arch, tuple(options))
+    program = _program_name(name, kernel)
+    if included is None:
+        included = included_digest(source, tuple(options), name, headers, kernel)
+    key = _disk_key(source, expressions, opts, name or "", headers, included)
+    on_disk = includes.keyed(included)  # else the files it includes are past the scan's cap
+    hit = _diskcache.load(key) if on_disk else None
+    if hit is not None and all(e in hit["lowered"] for e in expressions):
+        return NVRTCResult(hit["ptx"], hit["cubin"], hit["lowered"], hit["log"], opts, True)
+    entries = ", ".join(expressions)
+    if kernel and entries != kernel:
+        label += f" (entry {entries})"
+    detail = f"compiling {label} for {arch}, options {list(options)}"
+    prog = nvrtc_check(
+        nvrtc.nvrtcCreateProgram(
+            source.encode(),
+            program.encode(),
+            len(headers),
+            [t.encode() for _, t in headers],
+            [h.encode() for h, _ in headers],
+        ),
+        "nvrtcCreateProgram",
+        detail,
+    )
+    try:
+        for e in expressions:
+            nvrtc_check(
+                nvrtc.nvrtcAddNameExpression(prog, e.encode()), "nvrtcAddNameExpression", detail
+            )
+        encoded = [o.encode() for o in opts]
+        with _compiles_lock():
+            _compiles += 1
+        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
+        log = (
+            _program_bytes(
+                prog,
+                nvrtc.nvrtcGetProgramLogSize,
+                nvrtc.nvrtcGetProgramLog,
+                "nvrtcGetProgramLog",
+                detail,
+            )
+            .rstrip(b"\0")
+            .decode(errors="replace")
+        )
+        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+            hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
+            found = headers_cuda_version()
+            if found is not None and found[0] != nvrtc_version()[0]:
+                hints.append(
+                    f"note: the runtime headers found are CUDA {found[0]}.{found[1]}'s, "
+                    f"NVRTC is {version_str()}: {install_hint()}"
+                )
+            raise NVRTCError(
+                f"{label} failed to compile with NVRTC {version_str()} for {arch} "
+                f"({getattr(err, 'name', err)}), options {list(options)}, toolkit headers "
+                f"from {list(toolkit_include_dirs())}:\n{log.rstrip()}"
+                + "".join(f"\nhint: {h}" for h in hints),
+                log,
+            )
+        lowered = {
+            e: nvrtc_check(
+                nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
+            ).decode()
+            for e in expressions
+        }
+        ptx = (
+            _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX", detail)
+            .rstrip(b"\0")
+            .decode()
+        )
+        cubin = None
+        if arch.startswith("sm_"):
+            cubin = _program_bytes(
+                prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN", detail
+            )
+    finally:
+        nvrtc.nvrtcDestroyProgram(prog)
+    if on_disk:
+        _diskcache.store(key, ptx, cubin, lowered, log)
+    return NVRTCResult(ptx, cubin, lowered, log, opts)
+
+
+#: NVRTC programs built in this process, by what they are built from: the kernels of one
+#: source share one (and the artifact says which, ``program``). Bounded: the newest are kept.
+_programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
+_PROGRAMS_KEPT = 64
+_programs_lock = new_lock(reentrant=False)
+
+
+def _program_key(p: Program, included: str) -> str:
+    return _diskcache.key_of(
+        {
+            "source": p.source,
+            "name": p.name or "",
+            "headers": [list(h) for h in p.headers],
+            "arch": p.arch,
+            "options": list(p.options),
+            "included": included,
+            "nvrtc": list(nvrtc_version()),
+            "toolkit": [list(h) for h in headers_fingerprint()],
+            "include_dirs": list(toolkit_include_dirs()),
+        }
+    )
+
+
+def compile_program(p: Program, expression: str, kernel: str = "") -> tuple[str, NVRTCResult]:
+    """The NVRTC program of ``p`` with ``expression`` among its name expressions: ``(key,
+    result)``. A program is compiled with the name expressions of every kernel found in
+    the source (:func:`kernel_names`) and the one asked for, so the next kernels of the
+    source reuse it; another template instance is another program (of that instance and
+    the same kernels), so what a kernel's PTX holds never depends on what ran before."""
+    included = included_digest(p.source, p.options, p.name, p.headers, kernel)
+    key = _program_key(p, included)
+    with _programs_lock():  # straight-line: the loops are in the called function
+        return _compile_program_locked(p, expression, kernel, key, included)
+
+
+def _compile_program_locked(
+    p: Program, expression: str, kernel: str, key: str, included: str
+) -> tuple[str, NVRTCResult]:
+    built = _programs.get(key, ())
+    for r in built:
+        if expression in r.lowered:
+            _programs.move_to_end(key)
+            return key, r
+    names = kernel_names(p.source)
+    extra = tuple(n for n in names if n != expression)
+    compile_ = functools.partial(
+        nvrtc_compile,
+        p.source,
+        arch=p.arch,
+        options=p.options,
+        kernel=kernel,
+        name=p.name,
+        headers=p.headers,
+        included=included,  # the headers as the program's key read them
+    )
+    try:
+        r = compile_((expression, *extra))
+    except NVRTCError as e:
+        # a name found in the text that is no kernel NVRTC can name (under an #if, a macro)
+        if not extra or "__nv_name_map" not in e.log:
+            raise
+        r = compile_((expression,))
+    _programs[key] = (*built, r)
+    _programs.move_to_end(key)
+    while len(_programs) > _PROGRAMS_KEPT:
+        _programs.popitem(last=False)
+    return key, r

@@ -1,0 +1,228 @@
+"""The CUDA toolkit's headers: where they are, and what to do when a header is not found.
+
+Every compilation gets the CUDA toolkit's header directories as include paths, after the
+user's own ``-I`` options: the runtime headers (``cuda_fp16.h``, ``cooperative_groups.h``,
+``cuComplex.h``, ...) and CCCL's (``<cuda/std/...>``, CUB, Thrust), found as CuPy finds
+them: through ``cuda.pathfinder``, which looks in NVIDIA's header wheels
+(``cuda-toolkit[cudart,cccl]``, part of the ``cuda`` extra), conda, then
+``CUDA_PATH``/``CUDA_HOME`` and the system's toolkit; without ``cuda.pathfinder``,
+``CUDA_PATH``/``CUDA_HOME`` only. See :func:`toolkit_include_dirs`. A header that is not
+found is an error naming the directory that is missing and how to get it
+(:func:`missing_header_hint`); a host header (``<cstdio>``, a sample's ``helper_cuda.h``)
+is named as host code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...locks import import_before_fork
+from ._nvrtc import nvrtc_version, version_str
+
+import_before_fork("cuda.pathfinder")  # imported at the first compile (_locate): see locks
+
+__all__ = [
+    "headers_cuda_version",
+    "headers_fingerprint",
+    "install_hint",
+    "missing_header_hint",
+    "toolkit_include_dirs",
+]
+
+#: The toolkit's header directories NVRTC is given: what each holds, the file that shows it
+#: is there, and the pip extra that installs it.
+_HEADER_KINDS = {
+    "cudart": (
+        "the CUDA runtime headers (cuda_fp16.h, cooperative_groups.h, ...)",
+        "cuda_runtime.h",
+    ),
+    "cccl": (
+        "CCCL's headers (<cuda/std/...>, CUB, Thrust)",
+        os.path.join("cuda", "std", "version"),
+    ),
+}
+
+
+@dataclass(frozen=True)
+class _HeaderDir:
+    kind: str
+    path: str | None
+    found_via: str
+
+
+def _env_toolkit_root() -> str | None:
+    for var in ("CUDA_PATH", "CUDA_HOME"):
+        value = os.environ.get(var, "").strip()
+        if value:
+            return value
+    return None
+
+
+def _from_toolkit_root(kind: str, root: str) -> str | None:
+    canary = _HEADER_KINDS[kind][1]
+    candidates = [os.path.join(root, "include")]
+    if kind == "cccl":  # CUDA 13 keeps CCCL in include/cccl; CUDA 12 in include itself
+        candidates.insert(0, os.path.join(root, "include", "cccl"))
+    for d in candidates:
+        if os.path.isfile(os.path.join(d, canary)):
+            return d
+    return None
+
+
+def _locate(kind: str) -> _HeaderDir:
+    try:
+        pathfinder = importlib.import_module("cuda.pathfinder")
+    except ImportError:
+        pathfinder = None
+    if pathfinder is not None:
+        locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
+        try:
+            if locate is not None:
+                found = locate(kind)
+                if found is not None and found.abs_path:
+                    return _HeaderDir(kind, found.abs_path, f"cuda.pathfinder ({found.found_via})")
+            else:
+                path = pathfinder.find_nvidia_header_directory(kind)
+                if path:
+                    return _HeaderDir(kind, path, "cuda.pathfinder")
+        except Exception:  # an older cuda.pathfinder that does not know this kind
+            pass
+    root = _env_toolkit_root()
+    if root is not None:
+        path = _from_toolkit_root(kind, root)
+        if path is not None:
+            return _HeaderDir(kind, path, "CUDA_PATH/CUDA_HOME")
+    return _HeaderDir(kind, None, "")
+
+
+@functools.cache
+def _header_dirs() -> tuple[_HeaderDir, ...]:
+    dirs = [_locate(kind) for kind in _HEADER_KINDS]
+    seen: set[str] = set()
+    out = []
+    for d in dirs:  # cudart and cccl may be one directory (CUDA 12's include)
+        key = os.path.realpath(d.path) if d.path else d.kind
+        out.append(d if key not in seen else _HeaderDir(d.kind, d.path, d.found_via + ", shared"))
+        seen.add(key)
+    return tuple(out)
+
+
+def toolkit_include_dirs() -> tuple[str, ...]:
+    """The toolkit's header directories every compilation gets as include paths (found once
+    per process): the runtime headers' and CCCL's, each where it was found."""
+    out: list[str] = []
+    for d in _header_dirs():
+        if d.path and d.path not in out:
+            out.append(d.path)
+    return tuple(out)
+
+
+@functools.cache
+def headers_fingerprint() -> tuple[tuple[str, int, int], ...]:
+    """(file, size, mtime) of each directory's canary: a changed toolkit is a new disk key."""
+    out = []
+    for d in _header_dirs():
+        if d.path:
+            canary = os.path.join(d.path, _HEADER_KINDS[d.kind][1])
+            try:
+                st = os.stat(canary)
+                out.append((canary, st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append((canary, -1, -1))
+    return tuple(out)
+
+
+def headers_cuda_version() -> tuple[int, int] | None:
+    """The CUDA version of the runtime headers found (CUDART_VERSION), if any."""
+    for d in _header_dirs():
+        if d.kind == "cudart" and d.path:
+            try:
+                text = Path(d.path, "cuda_runtime_api.h").read_text(errors="replace")
+            except OSError:
+                return None
+            m = re.search(r"#define\s+CUDART_VERSION\s+(\d+)", text)
+            if m:
+                v = int(m.group(1))
+                return v // 1000, (v % 1000) // 10
+    return None
+
+
+def install_hint() -> str:
+    """How to get the toolkit's headers of NVRTC's own version."""
+    major = nvrtc_version()[0]
+    return (
+        f"install them with pip install 'specializer[cuda]' (which brings "
+        f"cuda-toolkit[cudart,cccl]), or pip install 'cuda-toolkit[cudart,cccl]=={major}.*' "
+        f"to match NVRTC {major}.x, or set CUDA_HOME (or CUDA_PATH) to a CUDA {major} toolkit"
+    )
+
+
+# -- a header NVRTC could not open -----------------------------------------------------------
+
+# Host-only headers: the C and C++ standard library (NVRTC compiles device code only, and
+# ships none of them) and the host helpers of NVIDIA's CUDA samples.
+_HOST_HEADERS = frozenset(
+    """
+    assert.h cassert cstdio stdio.h cstdlib stdlib.h iostream ostream istream fstream sstream
+    iomanip ios string cstring string.h strings.h vector map set unordered_map unordered_set
+    list deque queue stack algorithm memory functional thread mutex condition_variable future
+    chrono ctime time.h cmath math.h cstdint stdint.h cinttypes inttypes.h cstddef stddef.h
+    climits limits.h cfloat float.h type_traits utility limits array tuple numeric iterator
+    exception stdexcept random complex atomic new cstdarg stdarg.h cerrno errno.h csignal
+    signal.h locale cctype ctype.h cwchar wchar.h optional variant bitset initializer_list
+    unistd.h windows.h pthread.h omp.h
+    """.split()  # noqa: SIM905
+)
+_SAMPLE_HELPERS = frozenset(
+    """
+    helper_cuda.h helper_cuda_drvapi.h helper_functions.h helper_string.h helper_timer.h
+    helper_image.h helper_multiprocess.h nvrtc_helper.h
+    """.split()  # noqa: SIM905
+)
+_CUDART_HEADER = re.compile(
+    r"(cuda\.h|cuda_\w+\.hp*|cuComplex\.h|cooperative_groups(\.h|/.*)|vector_(types|functions)\.h"
+    r"|device_\w+\.h|sm_\d+\w*\.h|math_(constants|functions)\.h|mma\.h|crt/.*"
+    r"|(texture|surface)_\w+\.h|driver_types\.h|builtin_types\.h|host_defines\.h)\Z"
+)
+_CCCL_HEADER = re.compile(r"(cuda|cub|thrust|nv)/.*")
+
+
+def missing_header_hint(header: str) -> str:
+    """What to do about ``#include <header>`` that NVRTC could not open."""
+    base = header.replace("\\", "/")
+    name = base.rsplit("/", 1)[-1]
+    if base in _HOST_HEADERS or name in _SAMPLE_HELPERS:
+        return (
+            f"<{header}> is a host header: the file includes host code, which NVRTC does not "
+            f"compile (it compiles device code only and has no C or C++ standard library). "
+            f"Return only the kernel's device code: remove the #include and any host "
+            f"functions; printf and assert need no include in device code, and CCCL's "
+            f"<cuda/std/...> headers (<cuda/std/cstdint>, <cuda/std/type_traits>, "
+            f"<cuda/std/limits>, ...) are the device versions of the standard ones"
+        )
+    kind = "cccl" if _CCCL_HEADER.match(base) else "cudart" if _CUDART_HEADER.match(base) else None
+    if kind is not None:
+        d = next(d for d in _header_dirs() if d.kind == kind)
+        what = _HEADER_KINDS[kind][0]
+        if d.path is None:
+            return (
+                f"<{header}> is one of {what}, and no directory of them was found "
+                f"(looked for the {kind} headers in NVIDIA's header wheels through "
+                f"cuda.pathfinder, then CUDA_PATH and CUDA_HOME): {install_hint()}"
+            )
+        return (
+            f"<{header}> is not in the {kind} header directory {d.path} (found through "
+            f"{d.found_via}): check its name; if it is right, those headers may be from "
+            f"another CUDA version than NVRTC {version_str()}: {install_hint()}"
+        )
+    dirs = ", ".join(toolkit_include_dirs()) or "none found"
+    return (
+        f"<{header}> is not a CUDA toolkit header this back-end knows of (the toolkit's "
+        f"directories given to NVRTC: {dirs}); pass the directory that has it with "
+        f"options=('-I/path/to/include',)"
+    )
