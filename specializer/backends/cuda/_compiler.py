@@ -164,6 +164,11 @@ def compiler_config(kwargs: tuple[tuple[str, Any], ...], context: Context | None
         arch = device_arch(context)
     else:
         raise TypeError("compiling without a context needs arch= (for example arch='sm_90')")
+    return CompilerConfig(BACKEND, (arch, _nvrtc_options(kw)))
+
+
+def _nvrtc_options(kw: dict[str, Any]) -> tuple[str, ...]:
+    """The NVRTC options of the compiler keyword arguments but ``arch``."""
     options: list[str] = []
     for flag, opt in (("fastmath", "--use_fast_math"), ("lineinfo", "--generate-line-info")):
         value = kw.get(flag, False)
@@ -187,4 +192,4 @@ def compiler_config(kwargs: tuple[tuple[str, Any], ...], context: Context | None
             f"options= is a tuple of NVRTC option strings (or one str of them), got {extra!r}"
         )
     options.extend(extra)
-    return CompilerConfig(BACKEND, (arch, tuple(options)))
+    return tuple(options)

@@ -216,14 +216,8 @@ def nvrtc_compile(
     ``included``, when the caller has computed it already). ``kernel`` names the kernel in
     messages. Raises :class:`~specializer.CompileError` naming the kernel, the options and
     NVRTC's log."""
-    global _compiles
     label = f"kernel {kernel}" if kernel else "a CUDA program"
-    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
-        if "\0" in text:
-            raise CompileError(
-                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
-                f"NVRTC would compile it cut short there; remove it"
-            )
+    _check_no_nul(label, source, headers)
     opts = _compile_options(arch, tuple(options))
     program = _program_name(name, kernel)
     if included is None:
@@ -237,6 +231,37 @@ def nvrtc_compile(
     if kernel and entries != kernel:
         label += f" (entry {entries})"
     detail = f"compiling {label} for {arch}, options {list(options)}"
+    err, log, built = _run_nvrtc(source, program, headers, expressions, arch, opts, detail)
+    if built is None:
+        raise _compile_error(err, log, label, arch, options, source, expressions, kernel)
+    ptx, cubin, lowered = built
+    if on_disk:
+        _diskcache.store(key, ptx, cubin, lowered, log)
+    return NVRTCResult(ptx, cubin, lowered, log, opts)
+
+
+def _check_no_nul(label: str, source: str, headers: tuple[tuple[str, str], ...]) -> None:
+    """A ``CompileError`` for a NUL in the source or a header: NVRTC reads C strings."""
+    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
+        if "\0" in text:
+            raise CompileError(
+                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
+                f"NVRTC would compile it cut short there; remove it"
+            )
+
+
+def _run_nvrtc(
+    source: str,
+    program: str,
+    headers: tuple[tuple[str, str], ...],
+    expressions: tuple[str, ...],
+    arch: str,
+    opts: tuple[str, ...],
+    detail: str,
+) -> tuple[Any, str, tuple[str, bytes | None, dict[str, str]] | None]:
+    """One run of NVRTC's compiler: (its result, its log, and when it compiled: the PTX, the
+    cubin for an ``sm_XX`` target and the lowered name of each name expression)."""
+    global _compiles
     prog = nvrtc_check(
         nvrtc.nvrtcCreateProgram(
             source.encode(),
@@ -269,41 +294,60 @@ def nvrtc_compile(
             .decode(errors="replace")
         )
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
-            found = headers_cuda_version()
-            if found is not None and found[0] != nvrtc_version()[0]:
-                hints.append(
-                    f"note: the runtime headers found are CUDA {found[0]}.{found[1]}'s, "
-                    f"NVRTC is {version_str()}: {install_hint()}"
-                )
-            raise NVRTCError(
-                f"{label} failed to compile with NVRTC {version_str()} for {arch} "
-                f"({getattr(err, 'name', err)}), options {list(options)}, toolkit headers "
-                f"from {list(toolkit_include_dirs())}:\n{log.rstrip()}"
-                + "".join(f"\nhint: {h}" for h in hints),
-                log,
-            )
-        lowered = {
-            e: nvrtc_check(
-                nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
-            ).decode()
-            for e in expressions
-        }
-        ptx = (
-            _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX", detail)
-            .rstrip(b"\0")
-            .decode()
-        )
-        cubin = None
-        if arch.startswith("sm_"):
-            cubin = _program_bytes(
-                prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN", detail
-            )
+            return err, log, None
+        return err, log, _outputs(prog, expressions, arch, detail)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-    if on_disk:
-        _diskcache.store(key, ptx, cubin, lowered, log)
-    return NVRTCResult(ptx, cubin, lowered, log, opts)
+
+
+def _outputs(
+    prog: Any, expressions: tuple[str, ...], arch: str, detail: str
+) -> tuple[str, bytes | None, dict[str, str]]:
+    """What a compiled program holds: its PTX, its cubin (``sm_XX``), the lowered names."""
+    lowered = {
+        e: nvrtc_check(
+            nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
+        ).decode()
+        for e in expressions
+    }
+    ptx = (
+        _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX", detail)
+        .rstrip(b"\0")
+        .decode()
+    )
+    cubin = None
+    if arch.startswith("sm_"):
+        cubin = _program_bytes(
+            prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN", detail
+        )
+    return ptx, cubin, lowered
+
+
+def _compile_error(
+    err: Any,
+    log: str,
+    label: str,
+    arch: str,
+    options: tuple[str, ...],
+    source: str,
+    expressions: tuple[str, ...],
+    kernel: str,
+) -> NVRTCError:
+    """The error of a program that did not compile: NVRTC's log, with the hints it shows."""
+    hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
+    found = headers_cuda_version()
+    if found is not None and found[0] != nvrtc_version()[0]:
+        hints.append(
+            f"note: the runtime headers found are CUDA {found[0]}.{found[1]}'s, "
+            f"NVRTC is {version_str()}: {install_hint()}"
+        )
+    return NVRTCError(
+        f"{label} failed to compile with NVRTC {version_str()} for {arch} "
+        f"({getattr(err, 'name', err)}), options {list(options)}, toolkit headers "
+        f"from {list(toolkit_include_dirs())}:\n{log.rstrip()}"
+        + "".join(f"\nhint: {h}" for h in hints),
+        log,
+    )
 
 
 #: NVRTC programs built in this process, by what they are built from: the kernels of one
