@@ -45,7 +45,7 @@ def kernel_names(source: str) -> list[str]:
     return [n for n, count in names.items() if count == 1]
 
 
-# -- what a C++ entry's pointers point at, from its mangled name -----------------------------
+# -- a C++ entry's parameter types, from its mangled name ------------------------------------
 
 _MANGLED_BUILTINS = {
     **{"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char"},

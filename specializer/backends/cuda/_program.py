@@ -91,6 +91,8 @@ class NVRTCResult:
     cached: bool = field(default=False, compare=False)
 
 
+# -- one NVRTC compilation ------------------------------------------------------------------
+
 _compiles = 0
 _compiles_lock = new_lock(reentrant=False)
 
@@ -349,6 +351,8 @@ def _compile_error(
         log,
     )
 
+
+# -- the programs the kernels of a source share ---------------------------------------------
 
 #: NVRTC programs built in this process, by what they are built from: the kernels of one
 #: source share one (and the artifact says which, ``program``). Bounded: the newest are kept.
