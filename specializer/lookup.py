@@ -31,7 +31,10 @@ Lifetime of an ``F``. The index holds ``F`` by its ``id``, never by reference: a
 (or kernel instance type) that takes weak references is held weakly, and its specialized
 functions, with the results in their cells, are released when it is gone (a kernel factory's
 dropped product); an ``F`` that takes none (a string, a tuple) is kept while a site that
-specialized on it lives.
+specialized on it lives. An ``F`` that has a table of its own (:data:`OWN`: a generic
+function has one, and so has each kernel instance type) also keeps its specialized functions
+in it, keyed without itself: ``cached_lookup`` finds them there, with no ``id`` of ``F`` to
+take, and they go with ``F``.
 """
 
 from __future__ import annotations
@@ -149,6 +152,18 @@ _owners: dict[int, tuple[Any, dict[_Ident, None]]] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
 _lock = new_lock()
 
+#: The attribute of an ``F`` that holds its own table of specialized functions, (``id`` of the
+#: site's code, tt, key type, V) -> function: a dict in the instance's own ``__dict__`` (a
+#: generic function's), or in a class's own namespace (a kernel instance type, which no class
+#: may subclass: a subclass would find its base's table).
+OWN = "_specializer_lookups"
+
+
+def _own_table(F: Any) -> dict[Any, Any] | None:
+    """``F``'s own table of specialized functions (never one inherited), or None."""
+    table = getattr(F, "__dict__", {}).get(OWN)
+    return table if type(table) is dict else None
+
 
 def _release(
     index: dict[int, Any], other: dict[int, Any], part: int, at: int, ref: Any = None
@@ -169,6 +184,11 @@ def _release(
             rest[1].pop(ident, None)
             if not rest[1] and not isinstance(rest[0], weakref.ref):
                 other.pop(ident[at], None)
+        if at == 1:  # a site is gone: its functions leave F's own table too
+            F = rest[0]() if rest is not None and isinstance(rest[0], weakref.ref) else None
+            own = _own_table(F) if rest is not None and F is not None else None
+            if own is not None:
+                own.pop((ident[0], *ident[2:]), None)
 
 
 def _register(
@@ -247,6 +267,9 @@ def specialize(
         fn.__defaults__ = (_world.task_cell, spec.cell)  # bound once, never rebound
         _register(_sites, _owners, code, 1, ident)
         _register(_owners, _sites, F, 0, ident)
+        own = _own_table(F)
+        if own is not None:
+            own[id(code), tt, K, V] = fn
         _specializations[ident] = fn
     return fn
 
@@ -259,7 +282,7 @@ def cached_lookup(lookup: Callable[[], R], V: type[R], F: Any, tt: tuple[type, .
     """
     fn: Callable[[Any, Callable[[], R]], R]
     try:
-        fn = _specializations[id(lookup.__code__), id(F), tt, type(key), V]
+        fn = F._specializer_lookups[id(lookup.__code__), tt, type(key), V]  # F's own (OWN)
     except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
         fn = specialize(lookup, V, F, tt, type(key))
     result: R = fn(key, lookup)

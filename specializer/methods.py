@@ -412,6 +412,9 @@ class GenericFunction:
         self._table = _Table((), 0, {})
         #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
         self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
+        #: the cached lookup's specialized functions of this F (``specializer.lookup.OWN``):
+        #: held here, so they go with it
+        self._specializer_lookups: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"<generic function {self.name} with {len(self.methods())} method(s)>"
@@ -507,10 +510,10 @@ class GenericFunction:
             dispatch[tt] = entries
         ended: list[Any] = []
         done: list[tuple[dict[Any, Method], Any]] = []  # entries to drop once it is whole
-        for tt, table in self._edges.copy().items():  # copies: the collector drops entries
+        for tt, table in self._edges.items():  # (changed under the world lock only)
             if table and method.applies_weak(tt):
                 now = self._select_or_none(tt, live)
-                for ref, m in table.copy().items():
+                for ref, m in table.items():
                     edge = ref()
                     if edge is None or edge.max_world <= latest:  # gone, or closed before
                         done.append((table, ref))

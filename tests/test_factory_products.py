@@ -138,3 +138,12 @@ def test_products_launched_through_the_launch_path_and_dropped_are_freed():
     assert sum(r() is not None for r in refs) == 0
     assert _code_of("fp_launched") == []
     assert _index() == index
+
+
+def test_a_kernel_instance_type_is_not_subclassed():
+    """Its cached lookups are its own (``lookup.OWN``): a subclass would find its base's."""
+    import pytest
+
+    inst = _product(1).capture(np.int64(2))
+    with pytest.raises(TypeError, match="kernel instance type"):
+        type("Sub", (type(inst),), {})
