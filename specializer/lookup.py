@@ -160,8 +160,13 @@ OWN = "_specializer_lookups"
 
 
 def _own_table(F: Any) -> dict[Any, Any] | None:
-    """``F``'s own table of specialized functions (never one inherited), or None."""
-    table = getattr(F, "__dict__", {}).get(OWN)
+    """``F``'s own table of specialized functions (never one inherited), or None. (An
+    instance's is read as an attribute its class lacks, not through its ``__dict__``, which
+    reading would make a dict of its own and so slow each attribute read of it.)"""
+    if isinstance(F, type):
+        table = F.__dict__.get(OWN)
+    else:
+        table = None if hasattr(type(F), OWN) else getattr(F, OWN, None)
     return table if type(table) is dict else None
 
 
