@@ -147,3 +147,31 @@ def test_a_kernel_instance_type_is_not_subclassed():
     inst = _product(1).capture(np.int64(2))
     with pytest.raises(TypeError, match="kernel instance type"):
         type("Sub", (type(inst),), {})
+
+
+class _Plain:
+    """An ``F`` with no table of its own (not a generic function): filed by ``id``, weakly."""
+
+
+def _at_one_site(F, value):
+    from specializer import cached_lookup
+
+    return cached_lookup(lambda: (value,), tuple, F, (np.int64,), "k")
+
+
+def test_an_f_without_a_table_of_its_own_is_held_weakly_too():
+    gc.collect()
+    index = _index()
+    refs = []
+    for i in range(20):
+        F = _Plain()
+        assert _at_one_site(F, i) == (i,)
+        assert _at_one_site(F, -1) == (i,)  # a hit
+        refs.append(weakref.ref(F))
+    del F
+    gc.collect()
+    assert sum(r() is not None for r in refs) == 0
+    assert _index() == index
+    # one that takes no weak reference is kept, and still found
+    assert _at_one_site("fp-str-F", "s") == ("s",)
+    assert _at_one_site("fp-str-F", "t") == ("s",)
