@@ -7,11 +7,13 @@ needs in one context (a kernel object, a function handle). The core calls them
 and never knows which back-end runs.
 
 The cache keeps, per (method instance, config), code instances each valid over a
-range of worlds. A lookup in world ``w`` reuses one valid in ``w``: a definition
-unrelated to the kernel raises the world but recompiles nothing. Compiling
-records backedges on every method table the code dispatched on (the kernel's
-own and its callees', transitively); a definition that changes one of those
-dispatches closes the code's range, so the next lookup recompiles.
+range of worlds, in the method instance itself (``MethodInstance.code``, as Julia keeps a
+method instance's code instances in it): code goes with its method, so a kernel that is
+dropped (a kernel factory's product) is freed with its code. A lookup in world ``w``
+reuses one valid in ``w``: a definition unrelated to the kernel raises the world but
+recompiles nothing. Compiling records backedges on every method table the code
+dispatched on (the kernel's own and its callees', transitively); a definition that
+changes one of those dispatches closes the code's range, so the next lookup recompiles.
 
 Only code some world can still reach is kept: code valid in the latest world, and
 code valid in a world that a live pin holds (a task in ``invoke_in_world``, or a
@@ -20,10 +22,14 @@ handles, so redefining a kernel a thousand times keeps one program, not a thousa
 A task pinned later to an older world whose code was released compiles it again.
 So a cache entry holds one open code instance plus at most one per pinned world,
 and finding code scans that, never the history.
+
+Nothing module-level holds code: the backedges a callee keeps are weak, and so are the
+registries that :func:`forget_context` and the sweep walk (``_live``, ``_retained``).
 """
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
@@ -218,7 +224,7 @@ def body_traceback(e: BaseException) -> tuple[bool, Any]:
 class CodeInstance:
     """Compiled code for (method instance, config), valid in ``[min_world, max_world]``."""
 
-    __slots__ = ("artifact", "config", "linked", "max_world", "mi", "min_world")
+    __slots__ = ("__weakref__", "artifact", "config", "linked", "max_world", "mi", "min_world")
 
     def __init__(
         self, mi: MethodInstance, config: CompilerConfig, artifact: Artifact, min_world: int
@@ -244,10 +250,17 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-#: ``_key(mi, config)`` -> the code instances kept for it, newest first (replaced whole).
-_cache: dict[tuple[MethodInstance, int], tuple[CodeInstance, ...]] = {}
-#: Closed code instances kept because a live pin's world may still use them (see _sweep).
-_retained: dict[CodeInstance, None] = {}
+#: Every code instance kept (the cache itself is ``MethodInstance.code``), for
+#: :func:`forget_context`: ``id`` -> a weak reference. No callback (one runs wherever the code
+#: dies, a definition's sweep, where an interrupt would be lost): an entry of code that is
+#: gone is replaced by the next of its ``id``, and all are pruned when the registry has
+#: doubled since it last was (``_live_mark``).
+_live: dict[int, weakref.ref[CodeInstance]] = {}
+_live_mark = 64
+#: Closed code instances a live pin's world may still use, for the sweep to look at (see
+#: _sweep): ``id`` -> a weak reference (the method instance owns the code; this only finds
+#: it). Each sweep drops the entries of code that is gone.
+_retained: dict[int, weakref.ref[CodeInstance]] = {}
 _cache_lock = new_lock()
 _compiles = 0
 
@@ -310,17 +323,42 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
 
 
-def _key(mi: MethodInstance, config: CompilerConfig) -> tuple[MethodInstance, int]:
-    """The cache's key of (method instance, config): hashed and compared in C (a config's own
-    ``__hash__`` is Python code, slower on the lookup's miss path)."""
-    return (mi, config._key)
+def _track(registry: dict[int, weakref.ref[CodeInstance]], ci: CodeInstance) -> None:
+    """Put ``ci`` in ``registry`` (``_live`` or ``_retained``), held weakly."""
+    registry[id(ci)] = weakref.ref(ci)
+
+
+def _tracked(
+    registry: dict[int, weakref.ref[CodeInstance]], prune: bool = False
+) -> list[CodeInstance]:
+    """The code instances of ``registry`` still alive; with ``prune`` (the world lock held),
+    its entries of code that is gone are dropped."""
+    alive = []
+    for key, ref in registry.copy().items():
+        ci = ref()
+        if ci is not None:
+            alive.append(ci)
+        elif prune:
+            registry.pop(key, None)
+    return alive
+
+
+def code_instances(gf: GenericFunction) -> list[CodeInstance]:
+    """Every code instance the cache keeps for ``gf``'s methods (reflection and tests)."""
+    return [
+        ci
+        for m in gf._table.history
+        for mi in list(m._instances.values())
+        for cis in list(mi.code.values())
+        for ci in cis
+    ]
 
 
 def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
     """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used. The
     edges are registered before the code is published by one store, so no interrupt leaves
     code in the cache that no definition could end."""
-    key = _key(job.mi, job.config)
+    mi, key = job.mi, job.config._key
     with _world.lock():
         # A definition made since the job's world ran before these edges existed: if any
         # dispatch changed since, trust this code in its own world only (and register
@@ -328,15 +366,19 @@ def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.max_world = job.world
-            _retained[ci] = None  # released once no pin needs it
+            _track(_retained, ci)  # released once no pin needs it
         else:
             register_backedges(ci, deps)
-        _cache[key] = (ci, *_cache.get(key, ()))  # the one publishing store
+        _track(_live, ci)
+        global _live_mark
+        if len(_live) >= _live_mark:  # doubled since the last pruning: prune again
+            _live_mark = 2 * max(64, len(_tracked(_live, prune=True)))
+        mi.code[key] = (ci, *mi.code.get(key, ()))  # the one publishing store
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:
     w = job.world
-    for ci in _cache.get((job.mi, job.config._key), ()):  # _key(), inline: this is hot
+    for ci in job.mi.code.get(job.config._key, ()):
         if ci.min_world <= w <= ci.max_world:
             return ci
     return None
@@ -351,23 +393,23 @@ def _sweep(ended: list[Any], after: bool) -> None:
     if not after:
         for ci in ended:
             if isinstance(ci, CodeInstance):
-                _retained[ci] = None
+                _track(_retained, ci)
         return
     pinned = _world.pinned_worlds()
     latest = _world.latest()
-    for ci in list(_retained):
+    for ci in _tracked(_retained, prune=True):
         if ci.max_world >= latest:  # not closed after all (its definition was undone)
-            _retained.pop(ci, None)
+            _retained.pop(id(ci), None)
             continue
         if any(ci.min_world <= w <= ci.max_world for w in pinned):
             continue
-        key = _key(ci.mi, ci.config)
-        kept = tuple(c for c in _cache.get(key, ()) if c is not ci)
+        code, key = ci.mi.code, ci.config._key
+        kept = tuple(c for c in code.get(key, ()) if c is not ci)
         if kept:
-            _cache[key] = kept
+            code[key] = kept
         else:
-            _cache.pop(key, None)
-        _retained.pop(ci, None)  # after the cache lets it go: a record never outlives less
+            code.pop(key, None)
+        _retained.pop(id(ci), None)  # after the cache lets it go: a record never outlives less
 
 
 _on_invalidate.append(_sweep)
@@ -430,7 +472,7 @@ def forget_context(context: Hashable) -> list[Any]:
     Safe from a finalizer or the garbage collector in any thread: it takes no lock (each
     ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
     dropped = []
-    for ci in [ci for entry in list(_cache.values()) for ci in entry] + list(_retained):
+    for ci in _tracked(_live):
         entry = ci.linked.pop(context, None)
         if entry is not None:
             dropped.append(entry[1])

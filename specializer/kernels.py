@@ -151,6 +151,9 @@ class Kernel(_ByName, GenericFunction):
                             "kernel": self,
                             "captured": tt,
                             "__module__": __name__,
+                            # its cached lookups' functions, owned by the type (lookup.OWN)
+                            "_specializer_lookups": {},
+                            "__init_subclass__": classmethod(_no_subclass),
                         },
                     )
                     self._closures[tt] = cls
@@ -162,6 +165,13 @@ class Kernel(_ByName, GenericFunction):
             f"launch(kernel, *args, ...) (e.g. opencl.launch({self.name}, x, 3, "
             "global_size=n)), or look it up once with clfunction/cufunction and call that"
         )
+
+
+def _no_subclass(cls: type, /, **kwargs: Any) -> None:
+    raise TypeError(
+        f"{cls.__mro__[1].__name__} is a kernel instance type (made by Kernel.capture): it "
+        "is not subclassed (its cached lookups are its own); capture other values instead"
+    )
 
 
 def _instance(kernel: Kernel, values: tuple[Any, ...]) -> KernelInstance:

@@ -26,6 +26,15 @@ of a lambda in a long-lived function lives as long as that function.) The releas
 functions' records move to :func:`specializer.generated_sources`' bounded history of
 released ones; generated names are never reused, so a dump never holds two files of one
 name.
+
+Lifetime of an ``F``. The index holds ``F`` by its ``id``, never by reference: a kernel
+(or kernel instance type) that takes weak references is held weakly, and its specialized
+functions, with the results in their cells, are released when it is gone (a kernel factory's
+dropped product); an ``F`` that takes none (a string, a tuple) is kept while a site that
+specialized on it lives. An ``F`` that has a table of its own (:data:`OWN`: a generic
+function has one, and so has each kernel instance type) also keeps its specialized functions
+in it, keyed without itself: ``cached_lookup`` finds them there, with no ``id`` of ``F`` to
+take, and they go with ``F``.
 """
 
 from __future__ import annotations
@@ -120,42 +129,87 @@ def forget_key(part: Any) -> None:
     def named(k: Any) -> bool:
         return k is part or (k.__class__ is tuple and any(x is part for x in k))
 
-    for fn in list(_specializations.values()):
+    for fn in _specializations.copy().values():
         cell = fn.__defaults__[1]  # type: ignore[index]  # (task_cell, cell), bound once
         entries = _entries(cell)
         if any(named(k) for _, k, _ in entries):
             cell[0] = _flat([e for e in entries if not named(e[1])])
 
 
-_specializations: dict[tuple[int, Any, tuple[type, ...], type, type], FunctionType] = {}
+#: A specialization's key: (``id`` of the site's code, ``id`` of F, tt, key type, V).
+_Ident = tuple[int, int, tuple[type, ...], type, type]
+
+_specializations: dict[_Ident, FunctionType] = {}
 #: Per call site (``id`` of its code object): a weak reference to the code, whose callback
 #: releases the site's specialized functions (and so their cached results) when the code is
 #: gone, and the keys of those functions in ``_specializations``. Keyed by ``id``, which stays
 #: unique: the callback runs before the code's memory can be reused.
-_sites: dict[int, tuple[Any, list[tuple[int, Any, tuple[type, ...], type, type]]]] = {}
+_sites: dict[int, tuple[Any, dict[_Ident, None]]] = {}
+#: Per ``F`` (``id``), the same: a weak reference to it (or ``F`` itself where it takes none,
+#: released with its last site), and the keys specialized on it.
+_owners: dict[int, tuple[Any, dict[_Ident, None]]] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
 _lock = new_lock()
 
-
-def _release_site(site_id: int, _ref: object = None) -> None:
-    """A lookup site's code object is gone (a notebook cell re-run, a reloaded module): drop
-    its specialized functions. Takes no lock (it may run from the garbage collector in a
-    thread that holds one); each pop is atomic, and nothing adds keys for a dead code."""
-    entry = _sites.pop(site_id, None)
-    if entry is not None:
-        for key in entry[1]:
-            _specializations.pop(key, None)
+#: The attribute of an ``F`` that holds its own table of specialized functions, (``id`` of the
+#: site's code, tt, key type, V) -> function: a dict in the instance's own ``__dict__`` (a
+#: generic function's), or in a class's own namespace (a kernel instance type, which no class
+#: may subclass: a subclass would find its base's table).
+OWN = "_specializer_lookups"
 
 
-def _register_site(code: CodeType, ident: tuple[Any, ...]) -> None:
-    entry = _sites.get(id(code))
+def _own_table(F: Any) -> dict[Any, Any] | None:
+    """``F``'s own table of specialized functions (never one inherited), or None. (An
+    instance's is read as an attribute its class lacks, not through its ``__dict__``, which
+    reading would make a dict of its own and so slow each attribute read of it.)"""
+    if isinstance(F, type):
+        table = F.__dict__.get(OWN)
+    else:
+        table = None if hasattr(type(F), OWN) else getattr(F, OWN, None)
+    return table if type(table) is dict else None
+
+
+def _release(
+    index: dict[int, Any], other: dict[int, Any], part: int, at: int, ref: Any = None
+) -> None:
+    """A site's code (``index`` is ``_sites``) or an ``F`` (``_owners``) is gone: drop its
+    specialized functions, and their keys from the ``other`` index's entries (``ident[at]``
+    names them; one left with none that holds its object strongly goes too). Takes no lock
+    (it may run from the garbage collector in a thread that holds one): each pop is atomic,
+    each walk is of a copy, and nothing adds keys for a dead object."""
+    entry = index.get(part)
+    if entry is None or (ref is not None and entry[0] is not ref):
+        return
+    index.pop(part, None)
+    for ident in entry[1].copy():
+        _specializations.pop(ident, None)
+        rest = other.get(ident[at])
+        if rest is not None:
+            rest[1].pop(ident, None)
+            if not rest[1] and not isinstance(rest[0], weakref.ref):
+                other.pop(ident[at], None)
+        if at == 1:  # a site is gone: its functions leave F's own table too
+            F = rest[0]() if rest is not None and isinstance(rest[0], weakref.ref) else None
+            own = _own_table(F) if rest is not None and F is not None else None
+            if own is not None:
+                own.pop((ident[0], *ident[2:]), None)
+
+
+def _register(
+    index: dict[int, Any], other: dict[int, Any], obj: Any, at: int, ident: _Ident
+) -> None:
+    """File ``ident`` under ``obj`` in ``index`` (``ident[1 - at]`` is ``id(obj)``): weakly,
+    with a callback that releases what was specialized on it, where ``obj`` takes weak
+    references; strongly otherwise. Call with ``_lock`` held."""
+    entry = index.get(id(obj))
     if entry is None:
         try:
-            ref: Any = weakref.ref(code, functools.partial(_release_site, id(code)))
-        except TypeError:  # a Python whose code objects take no weak reference: keep it
-            ref = code
-        entry = _sites[id(code)] = (ref, [])
-    entry[1].append(ident)
+            ref: Any = weakref.ref(obj, functools.partial(_release, index, other, id(obj), at))
+        except TypeError:  # no weak reference (a str, a tuple): kept while its sites live
+            ref = obj
+        idents: dict[_Ident, None] = {}
+        entry = index[id(obj)] = (ref, idents)
+    entry[1][ident] = None
 
 
 def _name_of(x: Any) -> str:
@@ -176,9 +230,11 @@ def specialize(
     code = site if isinstance(site, CodeType) else getattr(site, "__code__", None)
     if not isinstance(code, CodeType):
         raise TypeError(f"a lookup site is a Python function or code object, got {site!r}")
-    ident = (id(code), F, tt, K, V)
+    ident = (id(code), id(F), tt, K, V)
     try:
         fn = _specializations.get(ident)
+        if fn is None:
+            hash(F)  # F is a key as a dict sees it, though the index files it by id
     except TypeError:
         raise TypeError(f"F, tt, K and V must be hashable, got F={F!r}, tt={tt!r}") from None
     if fn is not None:
@@ -213,7 +269,11 @@ def specialize(
             entries=ENTRIES,
         )
         fn.__defaults__ = (_world.task_cell, spec.cell)  # bound once, never rebound
-        _register_site(code, ident)
+        _register(_sites, _owners, code, 1, ident)
+        _register(_owners, _sites, F, 0, ident)
+        own = _own_table(F)
+        if own is not None:
+            own[id(code), tt, K, V] = fn
         _specializations[ident] = fn
     return fn
 
@@ -226,7 +286,7 @@ def cached_lookup(lookup: Callable[[], R], V: type[R], F: Any, tt: tuple[type, .
     """
     fn: Callable[[Any, Callable[[], R]], R]
     try:
-        fn = _specializations[id(lookup.__code__), F, tt, type(key), V]
+        fn = F._specializer_lookups[id(lookup.__code__), tt, type(key), V]  # F's own (OWN)
     except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
         fn = specialize(lookup, V, F, tt, type(key))
     result: R = fn(key, lookup)

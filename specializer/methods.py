@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import inspect
 import operator
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, NamedTuple, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeGuard
 
 from . import world as _world
 from .types import (
@@ -29,6 +30,9 @@ from .types import (
     resolve_weak,
     type_name,
 )
+
+if TYPE_CHECKING:
+    from .compiler import CodeInstance
 
 __all__ = [
     "AmbiguityError",
@@ -112,10 +116,13 @@ class Method:
         "__weakref__",
         "_instances",
         "callees",
+        "depth",
         "fn",
         "gf",
+        "jump",
         "max_world",
         "min_world",
+        "prior",
         "signature",
     )
 
@@ -126,6 +133,7 @@ class Method:
         signature: tuple[type, ...],
         callees: tuple[GenericFunction, ...],
         min_world: int,
+        prior: Method | None = None,
     ) -> None:
         self.gf = gf
         self.fn = fn
@@ -134,6 +142,16 @@ class Method:
         self.min_world = min_world
         self.max_world = _world.WORLD_MAX
         self._instances: dict[tuple[type, ...], MethodInstance] = {}
+        #: the method of this signature that this one replaced (older worlds reach it
+        #: through this chain), and a jump pointer further back along it: the skew-binary
+        #: scheme, so finding the version of a world takes O(log n) steps of a chain of n
+        self.prior = prior
+        if prior is None:
+            self.depth, self.jump = 0, self
+        else:
+            self.depth = prior.depth + 1
+            j = prior.jump
+            self.jump = j.jump if prior.depth - j.depth == j.depth - j.jump.depth else prior
 
     def visible(self, world: int) -> bool:
         return self.min_world <= world <= self.max_world
@@ -172,11 +190,15 @@ class Method:
 class MethodInstance:
     """A method specialized to concrete argument types ``tt`` (interned per method and tt)."""
 
-    __slots__ = ("__weakref__", "method", "tt")
+    __slots__ = ("__weakref__", "code", "method", "tt")
 
     def __init__(self, method: Method, tt: tuple[type, ...]) -> None:
         self.method = method
         self.tt = tt
+        #: the compiled-code cache's part for this method instance (see
+        #: :mod:`specializer.compiler`): config's small int -> code instances, newest first,
+        #: each tuple replaced whole. Owned here, so the code goes with its method (and kernel)
+        self.code: dict[int, tuple[CodeInstance, ...]] = {}
 
     @property
     def gf(self) -> GenericFunction:
@@ -283,9 +305,6 @@ class _Dispatch:
 #: How many world ranges the dispatch cache keeps per signature (the newest ones).
 DISPATCH_DEPTH = 4
 
-#: Where each backedge is registered: edge -> ((generic function, tt), ...). Changed under
-#: the world lock only, one store at a time.
-_edge_sites: dict[Any, tuple[tuple[GenericFunction, tuple[type, ...]], ...]] = {}
 #: Told, with the world lock held, of the edges a definition is about to end, before it ends
 #: them (the compiled-code cache records them for its sweep), and again after the new world
 #: is published (it sweeps).
@@ -298,15 +317,23 @@ def register_backedges(
     """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``: a definition that makes
     ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity (sets
     its ``max_world``). Call with the world lock held, before the code ``edge`` stands for is
-    published (an edge without its code is harmless; code without its edge would be wrong)."""
-    sites = _edge_sites.get(edge, ())
+    published (an edge without its code is harmless; code without its edge would be wrong).
+
+    A table holds its edges weakly: whoever owns the dependent code keeps it (the
+    compiled-code cache keeps it in the method instance, so in the kernel), and a callee
+    never keeps its callers' code or kernels alive. An entry whose edge is gone is dropped
+    by the next definition that looks at it, or when its table has doubled since (no
+    callback: a callback runs wherever its edge dies, where an interrupt would be lost)."""
     for gf, tt, method in deps:
         table = gf._edges.get(tt)
         if table is None:
             table = gf._edges.setdefault(tt, {})
-        table[edge] = method
-        sites = (*sites, (gf, tt))
-    _edge_sites[edge] = sites
+        table[weakref.ref(edge)] = method
+        n = len(table)
+        if n >= 8 and not n & (n - 1):  # a power of two: amortized constant time
+            for ref in table.copy():
+                if ref() is None:
+                    table.pop(ref, None)
 
 
 def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> None:
@@ -316,26 +343,51 @@ def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> 
         m.max_world = max_world
 
 
-def _unregister(edges: Iterable[Any]) -> None:
-    """Unregister each (ended) edge from every table it is registered in."""
-    for edge in edges:
-        for gf, tt in _edge_sites.pop(edge, ()):
-            table = gf._edges.get(tt)
-            if table is not None:
-                table.pop(edge, None)
+def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
+    """Along the chain of one signature from its newest method ``head`` (``Method.prior``,
+    ``min_world`` falling): the newest method defined by ``world`` (None: none was yet),
+    and the one defined after it (None: it is ``head``). O(log n) steps for a chain of n:
+    a jump pointer is taken whenever it still lands after ``world``."""
+    if head.min_world <= world:
+        return head, None
+    n = head  # always defined after world
+    while True:
+        p = n.prior
+        if p is None or p.min_world <= world:
+            return p, n
+        j = n.jump
+        n = j if j.min_world > world else p
+
+
+def _min_world(m: Method) -> int:
+    return m.min_world
 
 
 class _Table(NamedTuple):
-    """A generic function's methods as one value, replaced whole by each definition."""
+    """A generic function's methods as one value, replaced whole by each definition: what
+    it holds is the live methods and the dispatch memo, never the history, so publishing a
+    definition costs what it changes, whatever was defined before."""
 
-    #: every method ever defined, in order (an older world dispatches through them)
-    history: tuple[Method, ...]
-    #: the methods visible in every world from ``since`` on
+    #: the methods visible in every world from ``since`` on (the newest of each signature),
+    #: each the head of its signature's chain of replaced methods (``Method.prior``), through
+    #: which an older world dispatches
     live: tuple[Method, ...]
     since: int
     #: tt -> cached dispatches, newest first: a memo of this table, filled under the world
     #: lock with dispatches computed from it; a new table starts a new one
     dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
+
+    @property
+    def history(self) -> tuple[Method, ...]:
+        """Every method in the table, replaced ones included, in order of definition
+        (reflection and tests: it walks every chain)."""
+        found = []
+        for m in self.live:
+            chain: Method | None = m
+            while chain is not None:
+                found.append(chain)
+                chain = chain.prior
+        return tuple(sorted(found, key=_min_world))
 
 
 class GenericFunction:
@@ -345,9 +397,11 @@ class GenericFunction:
     Julia's method cache does: a lookup in a world that one of them covers costs a dict
     lookup and a range check, whatever the number of methods and of earlier definitions. A
     miss in a world from the newest definition on looks only at the methods visible there
-    (the table's ``live``); only a miss in an older world scans the whole history. A definition
-    ends the ranges (and the backedges) of the signatures whose dispatch it changes, and
-    only those: it looks at each cached signature once, not at every method ever defined.
+    (the table's ``live``); a miss in an older world finds each signature's method of that
+    world along its chain of replaced methods, in steps logarithmic in the chain's length. A
+    definition ends the ranges (and the backedges) of the signatures whose dispatch it
+    changes, and only those: it looks at each cached signature once, not at every method
+    ever defined, and publishes a table of the live methods, not of the history.
     """
 
     def __init__(self, name: str) -> None:
@@ -355,9 +409,12 @@ class GenericFunction:
             raise TypeError(f"a generic function's name is a non-empty str, got {name!r}")
         self.name = name
         #: the methods, their ranges and the dispatch memo: one value, published by one store
-        self._table = _Table((), (), 0, {})
-        #: tt -> {edge: the method it expects tt to dispatch to}
+        self._table = _Table((), 0, {})
+        #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
         self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
+        #: the cached lookup's specialized functions of this F (``specializer.lookup.OWN``):
+        #: held here, so they go with it
+        self._specializer_lookups: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"<generic function {self.name} with {len(self.methods())} method(s)>"
@@ -429,12 +486,15 @@ class GenericFunction:
         the world next undoes the rest first (see ``world.begin_definition``). Last, code no
         world can reach is released (the sweep; what an interrupt leaves of it, the next
         definition's sweep releases).
+
+        What it costs is what it touches: the live methods, the cached signatures and the
+        edges on those the new method takes; never the replaced methods.
         """
         _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
         old = self._table
         latest = _world.latest()
-        method = Method(self, fn, sig, callees, latest + 1)
         replaced = [m for m in old.live if m.signature == sig]
+        method = Method(self, fn, sig, callees, latest + 1, replaced[0] if replaced else None)
         live = (*(m for m in old.live if m.signature != sig), method)
         # Only signatures the new method takes can dispatch differently now (a replaced
         # method has the new one's signature).
@@ -449,19 +509,27 @@ class GenericFunction:
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
         ended: list[Any] = []
-        for tt, table in self._edges.items():
+        done: list[tuple[dict[Any, Method], Any]] = []  # entries to drop once it is whole
+        for tt, table in self._edges.items():  # (changed under the world lock only)
             if table and method.applies_weak(tt):
                 now = self._select_or_none(tt, live)
-                ended.extend(edge for edge, m in table.items() if m is not now)
+                for ref, m in table.items():
+                    edge = ref()
+                    if edge is None or edge.max_world <= latest:  # gone, or closed before
+                        done.append((table, ref))
+                    elif m is not now:
+                        ended.append(edge)
+                        done.append((table, ref))
         undo = partial(_undo, self, old, [(m, m.max_world) for m in (*replaced, *ended)])
         new_world = _world.begin_definition(undo)
         for listener in _on_invalidate:
             listener(ended, False)
         for m in (*replaced, *ended):
             m.max_world = latest  # closed at a world no reader is past yet: nothing changes
-        self._table = _Table((*old.history, method), live, new_world, dispatch)
+        self._table = _Table(live, new_world, dispatch)
         _world.publish_world(new_world)  # the definition is whole from here
-        _unregister(ended)
+        for table, ref in done:  # (an edge ended here stays on other tables, closed, until
+            table.pop(ref, None)  # it goes or a definition there finds it closed)
         for listener in _on_invalidate:
             listener(ended, True)
         return method
@@ -477,7 +545,13 @@ class GenericFunction:
         t = self._table
         if world >= t.since:
             return t.live
-        return [m for m in t.history if m.visible(world)]
+        found = []
+        for head in t.live:
+            m = _version(head, world)[0]
+            if m is not None and world <= m.max_world:
+                found.append(m)
+        found.sort(key=_min_world)  # in order of definition, as the live ones are
+        return found
 
     def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
         return self._select(tt, self._visible(world), world)
@@ -544,14 +618,19 @@ class GenericFunction:
             # ends where its (live, equally applicable) replacement's begins.
             lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
             return lo, _world.WORLD_MAX
+        # An older world: each signature's method of that world, and the one after it
+        # (a chain holds one signature, so ``applies_weak`` is asked of its head only).
         lo, hi = 1, _world.WORLD_MAX
-        for m in t.history:
-            if not m.applies_weak(tt):
+        for head in live:
+            if not head.applies_weak(tt):
+                continue
+            m, after = _version(head, world)
+            if after is not None:
+                hi = min(hi, after.min_world - 1)
+            if m is None:
                 continue
             if m.max_world < world:
                 lo = max(lo, m.max_world + 1)
-            elif m.min_world > world:
-                hi = min(hi, m.min_world - 1)
             else:
                 lo, hi = max(lo, m.min_world), min(hi, m.max_world)
         return lo, hi
@@ -609,12 +688,25 @@ class GenericFunction:
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
         if not isinstance(getattr(edge, "max_world", None), int):
             raise TypeError(f"edge has an int max_world (its validity's end), got {edge!r}")
+        try:
+            weakref.ref(edge)
+        except TypeError:
+            raise TypeError(
+                f"edge is held weakly (its owner keeps it), so it must take weak references: "
+                f"got a {type(edge).__name__}, which does not"
+            ) from None
         with _world.lock():
             register_backedges(edge, [(self, tt, method)])
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
-        """The registered backedges: (tt, expected method, edge)."""
-        return [(tt, m, edge) for tt, table in self._edges.items() for edge, m in table.items()]
+        """The registered backedges that are still open: (tt, expected method, edge)."""
+        found = []
+        for tt, table in self._edges.copy().items():
+            for ref, m in table.copy().items():
+                edge = ref()
+                if edge is not None and edge.max_world >= _world.WORLD_MAX:
+                    found.append((tt, m, edge))
+        return found
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""

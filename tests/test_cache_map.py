@@ -132,7 +132,7 @@ def test_the_cache_map_finds_the_containers_it_must_find():
     # container, a deque, a cell, a comprehension, a union, a class-level dict, a cache
     for name in (
         "specializer.lookup._specializations",
-        "specializer.compiler._cache",
+        "specializer.compiler._live",
         "specializer.locks._locks",
         "specializer.codegen._released",
         "specializer.world.WORLD",
@@ -249,7 +249,7 @@ def test_lookup_cell_keeps_four_entries_and_a_fifth_key_evicts_the_oldest():
     assert len(calls) == 6  # the first was evicted
 
 
-# -- 3. the compiled-code cache (`specializer.compiler._cache`) -------------------------------
+# -- 3. the compiled-code cache (`specializer.methods.MethodInstance.code`) -------------------
 
 
 def _fresh():

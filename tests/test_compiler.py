@@ -122,7 +122,7 @@ def test_an_older_world_whose_code_was_released_compiles_it_again():
 def _code(f, tt=(np.int64,)):
     """The live code instance of ``f(tt)`` in the latest world."""
     mi = f.methodinstance(tt)
-    return next(ci for ci in compiler._cache[compiler._key(mi, CONFIG)] if ci.valid(latest()))
+    return next(ci for ci in mi.code[CONFIG._key] if ci.valid(latest()))
 
 
 def test_redefining_a_kernel_releases_its_old_code_and_handles():
@@ -140,7 +140,7 @@ def test_redefining_a_kernel_releases_its_old_code_and_handles():
         assert uncached(rel_k, 1) == 1 + i
     gc.collect()
     assert artifact() is None and linked() is None
-    assert sum(1 for mi, *_ in compiler._cache if mi.method.gf is rel_k) == 1
+    assert len({(ci.mi, ci.config) for ci in compiler.code_instances(rel_k)}) == 1
 
 
 def test_redefining_a_callee_releases_the_dependents_old_code():
@@ -161,8 +161,8 @@ def test_redefining_a_callee_releases_the_dependents_old_code():
         assert uncached(rel_top, 2) == 2 * i
     gc.collect()
     assert first() is None
-    (key,) = [k for k in compiler._cache if k[0].method.gf is rel_top]
-    assert len(compiler._cache[key]) == 1  # one code instance, not one per redefinition
+    # one code instance, not one per redefinition
+    assert len(compiler.code_instances(rel_top)) == 1
 
 
 def test_a_live_pin_keeps_its_worlds_code_until_the_pin_ends():
@@ -204,7 +204,7 @@ def test_code_compiled_for_a_pinned_older_world_is_released_when_the_pin_ends():
 
     pinned = PinnedThread(old)
     assert pinned.run(uncached, pin_old, 1) == "old"  # compiled now, for `old` only
-    (ci,) = [c for k, cs in compiler._cache.items() if k[0].method.gf is pin_old for c in cs]
+    (ci,) = compiler.code_instances(pin_old)
     assert ci.max_world == old
     artifact = weakref.ref(ci.artifact)
     ci = None

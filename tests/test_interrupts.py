@@ -42,7 +42,6 @@ from specializer import (
     latest,
     precompile_output,
 )
-from specializer import compiler as compiler_module
 from specializer import world as world_module
 from specializer.kernels import DeviceFunction, Kernel, uncached_lookup
 from specializer.world import WORLD, WORLD_MAX
@@ -212,7 +211,7 @@ class Program:
 
     def _code(self, tt):
         mi = self.k.methodinstance(tt)
-        (ci,) = compiler_module._cache[compiler_module._key(mi, CONFIG)]
+        (ci,) = mi.code[CONFIG._key]
         return ci
 
 

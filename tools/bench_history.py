@@ -22,6 +22,13 @@ The back-end is a trivial one defined here (compile returns the source, link a P
 function), so the figures are the library's own. Run: ``python tools/bench_history.py``
 (needs valgrind; a few minutes). ``--variant NAME --loops N`` runs one loop under the caller's
 valgrind.
+
+``--definitions`` measures instead what a definition costs as history grows: a kernel's
+``def`` run again under a back-end's ``@kernel`` decorator (``Definitions.kernel``, the path a
+user's redefinition takes), first and after ``--history`` (20,000) earlier redefinitions of
+that kernel (one in a hundred followed by a compiling lookup), as the median wall time of
+``--samples`` definitions and, with valgrind, instructions per definition (loops of 200 and
+1,200 definitions). It prints the ratio of the two; the bar is 1.3 (flat).
 """
 
 from __future__ import annotations
@@ -30,16 +37,28 @@ import argparse
 import gc
 import itertools
 import shutil
+import statistics
 import sys
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
-import numpy as np
-from callgrind import per_iteration  # tools/callgrind.py, beside this script
+_CHECKOUT = Path(__file__).resolve().parent.parent
+if str(_CHECKOUT) not in sys.path:  # the checkout's specializer before an installed one
+    sys.path.insert(0, str(_CHECKOUT))
 
-from specializer import Backend, CompilerConfig, GenericFunction, latest
-from specializer.compiler import CompilerJob, compile_and_link
-from specializer.kernels import DeviceFunction, Kernel, uncached_lookup
-from specializer.types import DeviceArray
+import numpy as np  # noqa: E402
+from callgrind import per_iteration  # noqa: E402  # tools/callgrind.py, beside this script
+
+from specializer import Backend, CompilerConfig, GenericFunction, latest  # noqa: E402
+from specializer.compiler import CompilerJob, compile_and_link  # noqa: E402
+from specializer.kernels import (  # noqa: E402
+    Definitions,
+    DeviceFunction,
+    Kernel,
+    uncached_lookup,
+)
+from specializer.types import DeviceArray, Struct, WeakScalar  # noqa: E402
 
 SHORT, LONG = 200, 1_200
 TABLES = (1, 200)
@@ -123,7 +142,7 @@ def _loops(methods: int, history: int):
             kernel.add_method(
                 lambda *ts, i=i: f"kernel again {i}",
                 signature=(Array[np.floating], np.float32),
-                callees=kernel._history[0].callees,
+                callees=kernel.methodinstance(TT).method.callees,
             )
             uncached_lookup(kernel, TT, CONFIG, "ctx")
 
@@ -135,8 +154,92 @@ def _loops(methods: int, history: int):
     }
 
 
+def _define_variant(history: int):
+    _history(history)
+    return _define_loop
+
+
 def _unrelated_body(x):
     return ""
+
+
+# -- --definitions: what a definition costs as history grows ---------------------------------
+
+DEFINITIONS = Definitions(type, "bench_history", argtypes=(WeakScalar, Struct, Array))
+HISTORY = 20_000
+_defined = [0]
+
+
+def _redefine_kernel():
+    """Run the kernel's ``def`` under ``@kernel`` again: one redefinition (no closure, so
+    the same kernel each time)."""
+
+    @DEFINITIONS.kernel
+    def bench_redefined(x: Array[np.float32], v: np.float32) -> str:
+        return f"kernel {_defined[0]}"
+
+    _defined[0] += 1
+    return bench_redefined
+
+
+def _history(n: int):
+    """The kernel after ``n`` redefinitions, one in a hundred followed by a lookup."""
+    kernel = _redefine_kernel()
+    uncached_lookup(kernel, TT, CONFIG, "ctx")
+    for i in range(n):
+        _redefine_kernel()
+        if i % 100 == 0:
+            uncached_lookup(kernel, TT, CONFIG, "ctx")
+    uncached_lookup(kernel, TT, CONFIG, "ctx")
+    return kernel
+
+
+def _define_loop(n: int) -> None:
+    for _ in range(n):
+        _redefine_kernel()
+
+
+def _median_us(samples: int) -> float:
+    times = []
+    for _ in range(samples):
+        t = time.perf_counter_ns()
+        _redefine_kernel()
+        times.append(time.perf_counter_ns() - t)
+    return statistics.median(times) / 1e3
+
+
+def definitions(history: int, samples: int) -> int:
+    """``--definitions``: the cost of a definition first and after ``history`` redefinitions."""
+    print(
+        f"Python {sys.version.split()[0]}; one kernel redefined with @kernel (Definitions.kernel)"
+        f"; median of {samples} definitions"
+        + (", and instructions per definition under callgrind" if shutil.which("valgrind") else "")
+        + "\n"
+    )
+    _history(0)
+    gc.collect()
+    first = _median_us(samples)
+    _history(history)  # the same kernel: its history now holds `history` more methods
+    gc.collect()
+    after = _median_us(samples)
+    rows = [(0, first), (history, after)]
+    insns = {}
+    if shutil.which("valgrind"):
+        for h in (0, history):
+            insns[h] = per_iteration(
+                __file__, "--variant", f"define:0:{h}", SHORT, LONG, timeout=3600
+            )
+    print("| earlier redefinitions | us per definition (median) | instructions per definition |")
+    print("|---:|---:|---:|")
+    for h, us in rows:
+        print(f"| {h} | {us:.1f} | {insns[h]:.0f} |" if insns else f"| {h} | {us:.1f} | |")
+    ratio = after / first
+    print(f"\nafter {history} / first: {ratio:.2f} (wall)", end="")
+    if insns:
+        ratio = insns[history] / insns[0]  # the bar on instructions where measured
+        print(f", {ratio:.3f} (instructions)", end="")
+    print(" (bar: 1.3)")
+    return 0 if ratio <= 1.3 else 1
 
 
 def _insns(what: str, methods: int, history: int) -> float:
@@ -148,10 +251,18 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--variant")
     p.add_argument("--loops", type=int)
+    p.add_argument("--definitions", action="store_true", help="a definition's cost vs history")
+    p.add_argument("--history", type=int, default=HISTORY)
+    p.add_argument("--samples", type=int, default=1_000)
     args = p.parse_args()
+    if args.definitions:
+        return definitions(args.history, args.samples)
     if args.variant:
         what, methods, history = args.variant.split(":")
-        loop = _loops(int(methods), int(history))[what]
+        if what == "define":
+            loop = _define_variant(int(history))
+        else:
+            loop = _loops(int(methods), int(history))[what]
         gc.collect()
         gc.disable()  # a collection's cost depends on the heap the set-up left: keep it out
         loop(args.loops)
