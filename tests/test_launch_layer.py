@@ -277,11 +277,6 @@ def test_launched_factory_kernels_are_not_held_by_where_tables_entries_or_record
     assert kept <= {k._specializer_token for k in alive}
 
 
-@pytest.mark.xfail(
-    reason="the core's caches (lookup index keys, compiled-code cache) hold them until "
-    "finding 4's core part lands",
-    strict=False,
-)
 def test_launched_factory_kernels_are_freed_once_dropped():
     q = cl.default_queue()
     x = cla.zeros(q, 4, np.float32)
