@@ -477,10 +477,8 @@ def test_what_was_dropped_keeps_no_pin_and_the_code_kept_for_it_is_released():
     def ci_of_world(world):
         return [
             c
-            for key, cs in compiler._cache.items()
-            if key[0].method.gf is k
-            for c in cs
-            if c.min_world <= world <= c.max_world and key[1] == CONFIG._key
+            for c in compiler.code_instances(k)
+            if c.min_world <= world <= c.max_world and c.config == CONFIG
         ]
 
     async def fails():
@@ -550,7 +548,7 @@ def test_code_kept_for_a_dead_pin_is_released_also_when_a_new_pin_forgot_it_firs
     ctx = invoke_in_world(w, contextvars.copy_context)
     assert ctx.run(run, k, 1) == "old"
     bump()
-    (ci,) = [c for c in compiler._retained if c.mi.method.gf is k]
+    (ci,) = [c for c in compiler._tracked(compiler._retained) if c.mi.method.gf is k]
     artifact = weakref.ref(ci.artifact)
     del ci
     del ctx
