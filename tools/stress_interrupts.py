@@ -123,8 +123,10 @@ class Stress:
                 self.call(1)
                 self.cached()
         finally:
-            self.hooks_ended.append(record)  # from here on, it must not be called
+            # From here on the hook must not be called. The record is whole before it is
+            # listed: an interrupt between the two stores leaves it unlisted, never half-made.
             record["ended_at"] = record["calls"]
+            self.hooks_ended.append(record)
 
     def op_precompile(self) -> None:
         with precompile_output():
