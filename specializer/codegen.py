@@ -66,20 +66,20 @@ def template_cache_dir() -> Path | None:
 
 
 _search_path = [str(_templates_dir())]
-_ENV: list[jinja2.Environment] = []  # made at the first render: jinja2 is not imported before
+_env: list[jinja2.Environment] = []  # made at the first render: jinja2 is not imported before
 import_before_fork("jinja2")  # so a child never imports it: a fork never hangs in its import
 
 
 def _environment() -> jinja2.Environment:
     """The Jinja environment, made on first use (a process whose renders are all on disk never
     imports Jinja, see :func:`render`, unless it forks: see :func:`locks.import_before_fork`)."""
-    if _ENV:
-        return _ENV[0]
+    if _env:
+        return _env[0]
     with _lock():
-        if not _ENV:
+        if not _env:
             import jinja2
 
-            _ENV.append(
+            _env.append(
                 jinja2.Environment(
                     loader=jinja2.FileSystemLoader(_search_path),
                     undefined=jinja2.StrictUndefined,
@@ -89,7 +89,7 @@ def _environment() -> jinja2.Environment:
                     lstrip_blocks=True,
                 )
             )
-    return _ENV[0]
+    return _env[0]
 
 
 @dataclass(frozen=True)
@@ -168,9 +168,9 @@ def add_template_dir(path: str | os.PathLike[str]) -> None:
     with _lock():
         if d not in _search_path:
             _search_path.append(d)
-            _IDENTITY.clear()
-            if _ENV:  # the loader copied the list it was made with
-                _ENV[0].loader.searchpath.append(d)  # type: ignore[union-attr]
+            _identity.clear()
+            if _env:  # the loader copied the list it was made with
+                _env[0].loader.searchpath.append(d)  # type: ignore[union-attr]
 
 
 def render(template: str, **params: Any) -> str:
@@ -226,7 +226,7 @@ _MAX_RENDER = 1 << 22
 
 
 #: (the template files' names, sizes and modification times, the digest of their contents)
-_IDENTITY: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
+_identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
 
 
 def _templates_identity() -> str:
@@ -236,13 +236,13 @@ def _templates_identity() -> str:
     are read again only when one changed."""
     files = [f for d in _search_path for f in sorted(Path(d).glob("*.j2"))]
     stats = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
-    if _IDENTITY and _IDENTITY[0][0] == stats:
-        return _IDENTITY[0][1]
+    if _identity and _identity[0][0] == stats:
+        return _identity[0][1]
     h = hashlib.sha256()
     for f in files:
         h.update(f"{f.name}\0".encode() + f.read_bytes() + b"\0")
     h.update(_jinja_identity().encode())
-    _IDENTITY[:] = [(stats, h.hexdigest())]
+    _identity[:] = [(stats, h.hexdigest())]
     return h.hexdigest()
 
 

@@ -440,7 +440,7 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
-        if _world.STATE.blocks:  # a block of some kind is active
+        if _world.snapshot.blocks:  # a block of some kind is active
             _run_hooks(job, ci)
         linked = _linked(job, ci, context)
         if deps is not None:

@@ -94,7 +94,7 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"{type_name(type(key))}: it takes keys of type {type_name(spec.K)} (specialize "
             "once per key type, or use cached_lookup, which does)"
         )
-    _world.settle()  # WORLD set again (an interrupted publication, a dead block); dead pins
+    _world.settle()  # hot_cell set again (an interrupted publication, a dead block); dead pins
     w = _world.current()  # the one world this call runs in
     bypass = _world.bypassing()
     if not bypass:  # a pinned task's hit: its world's entry, compared by value

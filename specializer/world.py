@@ -7,7 +7,7 @@ latest, unless the task is pinned by ``invoke_in_world``.
 The hot path (every cached lookup, every launch) reads the task's world by value with one
 context-variable read and one subscript, ``task_cell()[0]``:
 
-- an unpinned task's cell is :data:`WORLD`, which holds the latest world, or None while
+- an unpinned task's cell is :data:`hot_cell`, which holds the latest world, or None while
   cached lookups must bypass their caches (a compile hook is active or precompile-output mode
   is on: process-wide switches);
 - a pinned task's cell is its pin, which always holds None, so its lookups take the slow
@@ -16,7 +16,7 @@ context-variable read and one subscript, ``task_cell()[0]``:
   every other thread's hot path on.
 
 State is published, not patched: the process-wide state is one immutable snapshot,
-:data:`STATE`, replaced whole under :func:`lock` (an ordinary re-entrant lock). ``WORLD`` is
+:data:`snapshot`, replaced whole under :func:`lock` (an ordinary re-entrant lock). ``hot_cell`` is
 derived from it: cleared before each publication and set after, so an interrupt between the
 two leaves None, which only costs a slow path (which sets it again: :func:`refresh`).
 
@@ -31,10 +31,10 @@ gone, the pin dies, its weak reference's callback drops it from :data:`_pins` (l
 the next slow path or definition releases the code kept for its world (:func:`settle`).
 
 A with-block (a compile hook, a precompile block) is active while the object its with
-statement holds is alive and has not ended: :data:`STATE` holds weak references to the blocks,
+statement holds is alive and has not ended: :data:`snapshot` holds weak references to the blocks,
 and :func:`hooks` and :func:`bypassing` see the live ones only. A block whose ``__exit__`` never
 ran (an interrupt at its first instruction, CPython 3.13 skipping it) ends when its with
-statement is gone; ``WORLD`` stays None until the next slow path republishes the state
+statement is gone; ``hot_cell`` stays None until the next slow path republishes the state
 without it (:func:`refresh`), which brings the hot path back by itself.
 """
 
@@ -89,9 +89,11 @@ class _State(NamedTuple):
     in_flight: Callable[[], object] | None
 
 
-STATE = _State(latest=1, blocks=(), precompile_env=False, switch=None, forked=False, in_flight=None)
+snapshot = _State(
+    latest=1, blocks=(), precompile_env=False, switch=None, forked=False, in_flight=None
+)
 #: The latest world, or None while cached lookups bypass their caches: an unpinned task's cell.
-WORLD: list[int | None] = [1]
+hot_cell: list[int | None] = [1]
 _lock = new_lock()
 
 
@@ -105,7 +107,7 @@ class _Pin(list):  # type: ignore[type-arg]
 
 
 _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
-    "specializer_task_world", default=WORLD
+    "specializer_task_world", default=hot_cell
 )
 #: The hot path's read of the calling task's cell: ``task_cell()[0]`` is its world, or None
 #: where the slow path must decide (a pin, a hook, precompile mode).
@@ -131,21 +133,21 @@ def lock() -> Any:
 
 def _publish(state: _State) -> None:
     """Publish a new snapshot (without the blocks that died). Call with :func:`lock` held.
-    WORLD is cleared before and set after: None in between is always safe (a slow path)."""
-    global STATE
-    WORLD[0] = None
-    STATE = state._replace(blocks=_live(state.blocks))
-    WORLD[0] = None if _bypassing(STATE) else STATE.latest
+    hot_cell is cleared before and set after: None in between is always safe (a slow path)."""
+    global snapshot
+    hot_cell[0] = None
+    snapshot = state._replace(blocks=_live(state.blocks))
+    hot_cell[0] = None if _bypassing(snapshot) else snapshot.latest
 
 
 def refresh() -> None:
-    """Set WORLD again if a publication was interrupted between its stores, or a block died
+    """Set hot_cell again if a publication was interrupted between its stores, or a block died
     without its ``__exit__`` (the slow path calls this when it finds None and nothing needs
     it): the state is published again, without the dead blocks."""
-    if WORLD[0] is None and not _bypassing(STATE):
+    if hot_cell[0] is None and not _bypassing(snapshot):
         with _lock():
-            if not _bypassing(STATE):
-                _publish(STATE)
+            if not _bypassing(snapshot):
+                _publish(snapshot)
 
 
 def settle() -> None:
@@ -174,7 +176,7 @@ def _forget_dead_pins() -> None:
 
 def latest() -> int:
     """The global world counter: the newest world."""
-    return STATE.latest
+    return snapshot.latest
 
 
 def current() -> int:
@@ -182,7 +184,7 @@ def current() -> int:
     # The cell is never bound to a name: a traceback of an interrupt here would keep the pin.
     if _task.get().__class__ is _Pin:
         return _task.get()[1]  # type: ignore[no-any-return]
-    return STATE.latest
+    return snapshot.latest
 
 
 def begin_definition(undo: Callable[[], object]) -> int:
@@ -191,33 +193,33 @@ def begin_definition(undo: Callable[[], object]) -> int:
     the definition is computed from) and before the first change; :func:`publish_world` ends
     it. A definition an interrupt stopped before that is undone by whoever raises the world
     next, so it happened whole or not at all."""
-    global STATE
+    global snapshot
     undo_in_flight()
-    STATE = STATE._replace(in_flight=undo)  # nothing a reader looks at
-    return STATE.latest + 1
+    snapshot = snapshot._replace(in_flight=undo)  # nothing a reader looks at
+    return snapshot.latest + 1
 
 
 def undo_in_flight() -> None:
     """Undo a definition an interrupt left in flight (see :func:`begin_definition`). Call with
     :func:`lock` held, first thing in whatever raises the world."""
-    global STATE
-    undo = STATE.in_flight
+    global snapshot
+    undo = snapshot.in_flight
     if undo is not None:
         undo()  # idempotent stores: an interrupt here leaves the record for the next raiser
-        STATE = STATE._replace(in_flight=None)
+        snapshot = snapshot._replace(in_flight=None)
 
 
 def publish_world(new: int) -> None:
     """Make ``new`` the latest world: the store that completes a definition (and clears its
     record). Call with :func:`lock` held, after every change the definition makes."""
-    _publish(STATE._replace(latest=new, in_flight=None))
+    _publish(snapshot._replace(latest=new, in_flight=None))
 
 
 def bump() -> int:
     """Raise the world counter for a change the library cannot see; returns the new world."""
     with _lock():
         undo_in_flight()
-        new = STATE.latest + 1
+        new = snapshot.latest + 1
         publish_world(new)
     return new
 
@@ -245,9 +247,9 @@ def _check_world(world: object) -> int:
         raise TypeError(f"world: a world is an int, got {type(world).__name__}: {world!r}")
     if world < 1:
         raise ValueError(f"world {world} does not exist: worlds start at 1")
-    if world > STATE.latest:
+    if world > snapshot.latest:
         raise ValueError(
-            f"world {world} is in the future: the latest world is {STATE.latest} "
+            f"world {world} is in the future: the latest world is {snapshot.latest} "
             "(see specializer.world.latest())"
         )
     return int(world)
@@ -277,13 +279,13 @@ def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dic
 
 def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
     """Run ``fn(*args, **kwargs)`` unpinned, in the latest world, even from a pinned task."""
-    if _task.get() is WORLD:
+    if _task.get() is hot_cell:
         return fn(*args, **kwargs)
     return contextvars.copy_context().run(_unpinned, fn, args, kwargs)
 
 
 def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
-    _task.set(WORLD)
+    _task.set(hot_cell)
     return fn(*args, **kwargs)
 
 
@@ -307,7 +309,7 @@ class Block:
 
     def active(self) -> bool:
         """Whether the block has begun and not ended."""
-        return any(r() is self for r in STATE.blocks)
+        return any(r() is self for r in snapshot.blocks)
 
     def _begin(self, **changes: Any) -> None:
         """Make the block active (with ``changes`` to the state in the same publication):
@@ -319,7 +321,7 @@ class Block:
                 if self._begun:
                     raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
                 self._begun = True
-                _publish(STATE._replace(blocks=(*STATE.blocks, weakref.ref(self)), **changes))
+                _publish(snapshot._replace(blocks=(*snapshot.blocks, weakref.ref(self)), **changes))
         except BaseException:
             self._end()
             raise
@@ -327,7 +329,7 @@ class Block:
     def _end(self) -> None:
         """End the block (nothing if it is not active)."""
         with _lock():
-            _publish(STATE._replace(blocks=tuple(r for r in STATE.blocks if r() is not self)))
+            _publish(snapshot._replace(blocks=tuple(r for r in snapshot.blocks if r() is not self)))
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._end()
@@ -351,7 +353,7 @@ def _blocks(state: _State) -> list[Block]:
 
 def hooks() -> list[Any]:
     """The callbacks of the active compile hooks, in order of entry."""
-    return [b.value for b in _blocks(STATE) if b.kind == "hook"]
+    return [b.value for b in _blocks(snapshot) if b.kind == "hook"]
 
 
 def _precompiling(state: _State) -> bool:
@@ -364,13 +366,13 @@ def _precompiling(state: _State) -> bool:
 def precompiling() -> bool:
     """Whether precompile-output mode is on: the mode of the innermost active precompile
     block, else as last switched outright, else as the environment variable sets it."""
-    return _precompiling(STATE)
+    return _precompiling(snapshot)
 
 
 def bypassing() -> bool:
     """Whether cached lookups must neither hit nor store: a compile hook is active or
     precompile-output mode is on."""
-    return _bypassing(STATE)
+    return _bypassing(snapshot)
 
 
 def _bypassing(state: _State) -> bool:
@@ -381,15 +383,15 @@ def switch_precompile(on: bool | None) -> bool | None:
     """Switch precompile-output mode outright (None: as the environment says); returns the
     previous switch, for a block to restore."""
     with _lock():
-        previous = STATE.switch
-        _publish(STATE._replace(switch=on))
+        previous = snapshot.switch
+        _publish(snapshot._replace(switch=on))
     return previous
 
 
 def set_environment_precompile(on: bool) -> None:
     """The mode the environment variable sets (where no switch or block is in effect)."""
     with _lock():
-        _publish(STATE._replace(precompile_env=bool(on)))
+        _publish(snapshot._replace(precompile_env=bool(on)))
 
 
 # -- fork -------------------------------------------------------------------------------
@@ -398,7 +400,7 @@ def set_environment_precompile(on: bool) -> None:
 def forked() -> bool:
     """Whether this process is a fork (``os.fork``, multiprocessing's 'fork' start method) of
     one that had imported specializer."""
-    return STATE.forked
+    return snapshot.forked
 
 
 def check_fork(what: str) -> None:
@@ -406,7 +408,7 @@ def check_fork(what: str) -> None:
     it, e.g. ``"specializer's OpenCL back-end"``. A back-end that used a device before the
     fork calls this before it touches a context, a queue or a stream: device contexts do not
     survive fork, and a launch in the child would hang."""
-    if STATE.forked:
+    if snapshot.forked:
         raise RuntimeError(
             f"this process was forked after {what} was used; device contexts and queues do "
             "not survive fork, so a launch here would hang: start worker processes with "
@@ -423,7 +425,7 @@ def _after_fork_in_child() -> None:
     _pins.clear()  # the parent's pinned calls are not running here
     _dead_pins.clear()
     undo_in_flight()  # a definition another thread of the parent was making
-    _publish(STATE._replace(latest=STATE.latest + 1, forked=True))
+    _publish(snapshot._replace(latest=snapshot.latest + 1, forked=True))
 
 
 if hasattr(os, "register_at_fork"):

@@ -135,7 +135,7 @@ def test_the_cache_map_finds_the_containers_it_must_find():
         "specializer.compiler._live",
         "specializer.locks._locks",
         "specializer.codegen._released",
-        "specializer.world.WORLD",
+        "specializer.world.hot_cell",
         "specializer.backends.cuda._types._SCALARS",
         "specializer.backends.opencl._GUARD_CLASS",
         "specializer.backends.opencl._programs",
@@ -772,7 +772,7 @@ render("template-file-edited", name="f", n=1, flag=True, kinds=["a", "b"])
 (tpl / "cm_other.j2").write_text("{# a template it does not use #}")
 render("another-template-file", name="f", n=1, flag=True, kinds=["a", "b"])
 codegen._jinja_identity = lambda: "another Jinja"
-codegen._IDENTITY.clear()  # (as a later process, which digests the files again)
+codegen._identity.clear()  # (as a later process, which digests the files again)
 render("another-jinja", name="f", n=1, flag=True, kinds=["a", "b"])
 print(json.dumps(out))
 """

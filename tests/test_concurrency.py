@@ -612,7 +612,7 @@ def test_overlapping_precompile_blocks_in_two_threads_are_counted():
     assert seen == {"a after its block, b's still on": True, "b inside, a's block over": True}
     assert not generating_output()  # off for good after both
     world_module.refresh()
-    assert world_module.WORLD[0] == latest()
+    assert world_module.hot_cell[0] == latest()
 
 
 def test_precompile_blocks_from_many_threads_in_any_order_end_with_the_mode_off():

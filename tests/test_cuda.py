@@ -2207,7 +2207,7 @@ class Published:
         self.misses = []
         self.local, self.where = local, (object(), ())
         _, front, self.call, _ = self.factory(Fun(resolved), self.miss, self.mismatch, None)
-        self.entry = front(world.WORLD[0], self.where, {}, fill, launcher.other, None)
+        self.entry = front(world.hot_cell[0], self.where, {}, fill, launcher.other, None)
 
     def miss(self, f, args, opts, kw):
         self.misses.append(args)
@@ -2261,7 +2261,7 @@ def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_
         linked = Fun(resolved)
         linked.function = function
         _, front, _, _ = factory(linked, lambda *a: misses.append(a), None, None)
-        launcher._publish(alternate, world.WORLD[0], where, {}, front)
+        launcher._publish(alternate, world.hot_cell[0], where, {}, front)
     glb = factory.__globals__
     saved = glb["_launch"], local.key
     x = cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32)
@@ -2318,11 +2318,11 @@ def test_a_foreign_class_never_typed_takes_the_slow_path_once():
     class Unseen(FakeCAI):
         pass
 
-    from specializer.backends.cuda._array import FOREIGN
+    from specializer.backends.cuda._array import foreign
 
     with Published() as p:
         assert p.launch(Unseen("<f4")) is None and len(p.misses) == 1
-        assert Unseen not in FOREIGN
+        assert Unseen not in foreign
         assert cuda.typeof(Unseen("<f4")) is A[np.float32]  # what the miss does first
         assert p.launch(Unseen("<f4", ptr=0x7F00BEEF3000)) == (0x7F00BEEF3000).to_bytes(8, "little")
         assert len(p.misses) == 1

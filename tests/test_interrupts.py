@@ -44,7 +44,7 @@ from specializer import (
 )
 from specializer import world as world_module
 from specializer.kernels import DeviceFunction, Kernel, uncached_lookup
-from specializer.world import WORLD, WORLD_MAX
+from specializer.world import WORLD_MAX, hot_cell
 
 _fresh = itertools.count()
 _OLD = sys.version_info < (3, 11)
@@ -161,20 +161,20 @@ def _end_blocks_left(interrupted: bool) -> None:
     block's ``__exit__`` (before its first line) stops the exit, but the block ends with its
     with statement all the same (SPEC 9); the state may still name it, dead, until the next
     slow path publishes it again."""
-    assert world_module._blocks(world_module.STATE) == []
+    assert world_module._blocks(world_module.snapshot) == []
     assert world_module.hooks() == []
 
 
 def _world_invariants() -> None:
     """What holds between operations, whatever was interrupted: the hot world is the latest
     or off; with no pin, hook or block left it comes back; no pin, hook or block is left."""
-    assert WORLD[0] in (None, latest())
+    assert hot_cell[0] in (None, latest())
     _settle()
-    assert world_module._task.get() is WORLD  # unpinned
+    assert world_module._task.get() is hot_cell  # unpinned
     assert world_module.pins() == 0, world_module._pins
     assert world_module.hooks() == []
     assert not generating_output()
-    assert WORLD[0] == latest() == current()
+    assert hot_cell[0] == latest() == current()
     assert not world_module._lock()._is_owned(), "the world lock was left held"
 
 
@@ -458,7 +458,7 @@ def _switch_left_by_an_interrupt_before_its_block(interrupted: bool) -> None:
     that switch, as a plain call's, and no block. Hand the mode back to the environment."""
     if generating_output():
         assert interrupted
-        assert world_module.STATE.blocks == ()
+        assert world_module.snapshot.blocks == ()
     world_module.switch_precompile(None)
 
 
@@ -741,10 +741,10 @@ def test_a_real_signal_anywhere_in_a_block_leaves_it_ended_or_still_active(run):
     gh-130279): nothing is left on, and the next slow path brings the hot path back."""
 
     def check():
-        assert world_module._blocks(world_module.STATE) == []
+        assert world_module._blocks(world_module.snapshot) == []
         assert not generating_output() and world_module.hooks() == []
         world_module.refresh()  # what the next slow path does
-        assert world_module.STATE.blocks == () and WORLD[0] == latest()
+        assert world_module.snapshot.blocks == () and hot_cell[0] == latest()
 
     interrupts = _interrupt_at_random(run, 2000, check)
     assert interrupts >= 300, interrupts

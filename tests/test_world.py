@@ -162,7 +162,7 @@ def test_a_forked_child_misses_once_then_its_cached_lookups_hit():
             raised = str(e)
         return {
             "forked": world.forked(),
-            "hot": world.WORLD[0],
+            "hot": world.hot_cell[0],
             "latest": latest(),
             "results": [list(r) for r in results],
             "lookups": len(calls) - before,
@@ -179,7 +179,7 @@ def test_a_forked_child_misses_once_then_its_cached_lookups_hit():
     assert "'spawn'" in msg and "multiprocessing.get_context('spawn')" in msg
     # the parent is untouched
     world.refresh()
-    assert not world.forked() and world.WORLD[0] == latest() == parent_world
+    assert not world.forked() and world.hot_cell[0] == latest() == parent_world
     world.check_fork("anything")
 
 
@@ -261,7 +261,7 @@ def test_a_pin_does_not_outlive_its_call_even_in_a_kept_traceback():
         kept = e  # keeps e.__traceback__ and every frame in it
     assert world.pins() == 0
     world.refresh()
-    assert world.WORLD[0] == latest()
+    assert world.hot_cell[0] == latest()
     assert kept.__traceback__ is not None
 
 
@@ -326,7 +326,7 @@ def test_plain_precompile_switches_keep_no_state_per_switch():
     for i in range(1000):
         precompile_output(i % 2 == 0)
     assert not generating_output()  # the last one, until switched again
-    assert world.STATE.switch is False and world.STATE.blocks == ()
+    assert world.snapshot.switch is False and world.snapshot.blocks == ()
     precompile_output(None).__exit__(None, None, None)  # hand the mode back to the environment
 
 
@@ -533,7 +533,7 @@ def test_an_unpinned_threads_hits_stay_hits_while_another_task_holds_a_pin():
     t.start()
     t.join(10)
     assert out == [(latest(),)] * 50 and len(calls) == 1
-    assert specializer.world.WORLD[0] == latest()
+    assert specializer.world.hot_cell[0] == latest()
     assert ctx.run(site) == (w,) and len(calls) == 2  # the pinned context's own lookup
     assert [site() for _ in range(10)] == [(latest(),)] * 10 and len(calls) == 2
     del ctx
@@ -575,7 +575,7 @@ def _cached_site_hits_again() -> bool:
     site()
     n = len(calls)
     site()
-    return len(calls) == n and specializer.world.WORLD[0] == latest()
+    return len(calls) == n and specializer.world.hot_cell[0] == latest()
 
 
 def test_a_hook_block_whose_exit_never_ran_ends_with_its_object():
@@ -587,7 +587,7 @@ def test_a_hook_block_whose_exit_never_ran_ends_with_its_object():
     seen = []
     block = device_code(lambda job, artifact: seen.append(job.name))
     block.__enter__()
-    assert world_module.hooks() and world_module.WORLD[0] is None
+    assert world_module.hooks() and world_module.hot_cell[0] is None
     del block
     gc.collect()
     assert world_module.hooks() == [] and not world_module.bypassing()

@@ -210,7 +210,7 @@ def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
             glb["_saved_launch"], glb["_launch"] = glb["_launch"], stub.launch
             linked = _Linked(resolved)
             _, front, host, _ = launcher.bound(linked, lookup_tt, k)
-            k._cuda_front = front(world.WORLD[0], where, {}, k, launcher.other, None)
+            k._cuda_front = front(world.hot_cell[0], where, {}, k, launcher.other, None)
             made.append(cuda.HostKernel(host(k, where), k, where, lookup_tt, linked))
         hk, hk0 = made
 

@@ -6,7 +6,7 @@ tests, tests/pybackend.py). After each interrupt it checks what SPEC 9 promises:
 - no hook is called after its with statement ended;
 - precompile-output mode is as before (off);
 - a cached lookup hits again after one slow path;
-- the hot path is back on: ``WORLD[0] == latest()`` after a miss in this thread and in another;
+- the hot path is back on: ``hot_cell[0] == latest()`` after a miss in this thread and in another;
 - no pin is in force;
 - method tables are consistent: a kernel dispatches to its last definition or to the one the
   interrupt stopped (whole or not at all), and the next definition is seen.
@@ -187,8 +187,8 @@ class Stress:
         r = self.cached()
         if self.lookups != before or r[0] != latest():
             self.problem(f"{where}: a cached lookup does not hit again")
-        if world_module.WORLD[0] != latest():
-            self.problem(f"{where}: the hot path is off (WORLD[0] = {world_module.WORLD[0]})")
+        if world_module.hot_cell[0] != latest():
+            self.problem(f"{where}: the hot path is off (hot_cell[0] = {world_module.hot_cell[0]})")
         # ... and in another thread
         seen: list[Any] = []
 

@@ -10,7 +10,7 @@ library. All are passed as a device pointer and dispatch as ``Array[dtype]``.
 **Foreign arrays on the fast path.** A launch's front entry holds a ``CuArray`` by its
 class (one class per element type). Another library's array class says nothing of the
 dtype, so once the slow path has typed a value of that class, the class gets a *reader*
-in :data:`FOREIGN`: ``reader(value, typestr)`` is the value's device pointer when it is
+in :data:`foreign`: ``reader(value, typestr)`` is the value's device pointer when it is
 C-contiguous, unmasked and of element type ``typestr`` (the fast path's checks), else
 None, and the value takes the slow path, which checks everything and says what is wrong.
 """
@@ -26,7 +26,7 @@ from ...locks import new_lock
 from ...types import DeviceArray, EltypeT_co
 from ._driver import Context, check, current_context, driver, pushed
 
-__all__ = ["ARGTYPES", "Array", "CuArray", "array_type", "cuarray_class", "device_pointer"]
+__all__ = ["Array", "CuArray", "argtypes", "array_type", "cuarray_class", "device_pointer"]
 
 #: numpy kinds an element type may have (bool, signed, unsigned, float, complex)
 ELEMENT_KINDS = "biufc"
@@ -60,7 +60,7 @@ def _native(a: np.ndarray) -> np.ndarray:
 #: The argument type of each class of values that decides it: the scalar types (filled in by
 #: ``_types``) and each element type's :class:`CuArray` class. ``typeof``'s fast path is one
 #: lookup here by the value's class.
-ARGTYPES: dict[type, type] = {}
+argtypes: dict[type, type] = {}
 
 _classes: dict[np.dtype, type] = {}
 _classes_lock = new_lock(reentrant=False)
@@ -81,7 +81,7 @@ def cuarray_class(dtype: Any) -> type[CuArray]:
                     (CuArray,),
                     {"__slots__": (), "__module__": __name__, "__qualname__": "CuArray"},
                 )
-                ARGTYPES[cls] = argtype
+                argtypes[cls] = argtype
                 _classes[dt] = cls
     return cls
 
@@ -89,7 +89,7 @@ def cuarray_class(dtype: Any) -> type[CuArray]:
 def device_pointer(obj: Any) -> int:
     """The device address of a foreign device array (typed by the slow path, so its class
     has a reader) or of any object with ``__cuda_array_interface__``."""
-    reader = None if obj.__class__ in CAI_CLASSES else FOREIGN.get(obj.__class__)
+    reader = None if obj.__class__ in cai_classes else foreign.get(obj.__class__)
     if reader is not None:
         ptr: int | None = reader(obj, None)
         if ptr is not None:
@@ -121,10 +121,10 @@ def _dlpack_pointer(a: Any, typestr: str | None) -> int | None:
 
 
 #: the reader of each foreign array class the slow path has typed a value of, but those
-#: with __cuda_array_interface__: they are in CAI_CLASSES, read by the guard itself
-FOREIGN: dict[type, Any] = {}
+#: with __cuda_array_interface__: they are in cai_classes, read by the guard itself
+foreign: dict[type, Any] = {}
 #: the classes with __cuda_array_interface__ the slow path has typed a value of
-CAI_CLASSES: set[type] = set()
+cai_classes: set[type] = set()
 
 #: DLPack's device types of CUDA memory a kernel can read: kDLCUDA, kDLCUDAHost, kDLCUDAManaged
 DLPACK_CUDA = (2, 3, 13)

@@ -30,7 +30,7 @@ from ...kernels import (
 from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
 from . import _compiler, _driver, _params
 from . import _types as _types
-from ._array import CAI_CLASSES, FOREIGN, Array, cuarray_class, device_pointer
+from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
 from ._driver import (
     Context,
@@ -305,8 +305,8 @@ class _CUDALauncher(launching.Launcher):
             "_pointer": device_pointer,  # a foreign array's, on the slow path
             "_cooperative": _cooperative,
             "_half": _types.half_bits,
-            "_R": FOREIGN,
-            "_CAI": CAI_CLASSES,
+            "_R": foreign,
+            "_CAI": cai_classes,
         }
         kinds = []
         for i, (t, r) in enumerate(zip(tt, resolved)):

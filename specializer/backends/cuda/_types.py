@@ -15,16 +15,16 @@ import numpy as np
 from ...kernels import SCALAR_TYPES, unsupported_argument
 from ...types import Struct
 from ._array import (
-    ARGTYPES,
-    CAI_CLASSES,
     DLPACK_CUDA,
-    FOREIGN,
     Array,
     CuArray,
     _buffer_pointer,
     _dlpack_pointer,
     _view_pointer,
+    argtypes,
     array_type,
+    cai_classes,
+    foreign,
     is_cuda_core,
     strided_view,
 )
@@ -93,7 +93,7 @@ _SCALARS: dict[type, type[np.generic]] = {
     v: t for v, t in SCALAR_TYPES.items() if _abi(t) is not None
 }
 
-ARGTYPES.update(_SCALARS)
+argtypes.update(_SCALARS)
 
 #: the numpy scalar types a kernel parameter can take (each its own argument type)
 _NUMPY_SCALARS = frozenset(t for t in _SCALARS.values() if issubclass(t, np.generic))
@@ -142,7 +142,7 @@ def typeof(value: Any) -> type:
     """The argument type ``value`` dispatches as: Python ``int``/``float``/``bool`` are
     ``np.int64``/``np.float64``/``np.bool_``, numpy scalars their own type, device arrays
     ``Array[dtype]``; anything else is a ``TypeError``."""
-    t = ARGTYPES.get(value.__class__)
+    t = argtypes.get(value.__class__)
     return _typeof_other(value) if t is None else t
 
 
@@ -166,17 +166,17 @@ def _typeof_other(value: Any) -> type:
         ) from e
     if cai is not None:
         t = _cai_type(value, cai)
-        CAI_CLASSES.add(value.__class__)  # the fast path knows it now
+        cai_classes.add(value.__class__)  # the fast path knows it now
         return t
     if is_cuda_core(value, "Buffer"):
         if not value.is_device_accessible:
             raise ValueError("cannot pass a cuda.core Buffer in host memory to a kernel")
         _check_device(value, value.device_id)
-        FOREIGN.setdefault(value.__class__, _buffer_pointer)
+        foreign.setdefault(value.__class__, _buffer_pointer)
         return array_type(np.uint8)
     if is_cuda_core(value, "StridedMemoryView"):
         t = _view_type(value)
-        FOREIGN.setdefault(value.__class__, _view_pointer)
+        foreign.setdefault(value.__class__, _view_pointer)
         return t
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
         device = value.__dlpack_device__()
@@ -187,7 +187,7 @@ def _typeof_other(value: Any) -> type:
         if int(device[0]) == 2:  # kDLCUDA: one device's memory
             _check_device(value, int(device[1]))
         t = _view_type(strided_view(value))
-        FOREIGN.setdefault(value.__class__, _dlpack_pointer)
+        foreign.setdefault(value.__class__, _dlpack_pointer)
         return t
     raise unsupported_argument(value, ACCEPTED)
 
