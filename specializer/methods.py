@@ -19,7 +19,7 @@ import operator
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeGuard, TypeVar, overload
 
 from . import world as _world
 from .types import (
@@ -288,6 +288,9 @@ def _as_world(name: str, world: Any) -> int:
     )
 
 
+_GF = TypeVar("_GF", bound="GenericFunction")
+
+
 class _Dispatch:
     """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
 
@@ -421,6 +424,22 @@ class GenericFunction:
 
     # -- definitions ---------------------------------------------------------------------
 
+    @overload
+    def method(
+        self: _GF,
+        fn: Callable[..., Any],
+        *,
+        callees: Iterable[GenericFunction] = ...,
+        localns: dict[str, Any] | None = ...,
+    ) -> _GF: ...
+    @overload
+    def method(
+        self: _GF,
+        fn: None = None,
+        *,
+        callees: Iterable[GenericFunction] = ...,
+        localns: dict[str, Any] | None = ...,
+    ) -> Callable[[Callable[..., Any]], _GF]: ...
     def method(
         self,
         fn: Callable[..., Any] | None = None,
@@ -431,7 +450,10 @@ class GenericFunction:
         """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``;
         ``localns=locals()`` where string annotations name the defining function's locals).
 
-        Returns the generic function, so the decorated name refers to it.
+        ``fn`` may have any name (``def _``, as ``functools.singledispatch``'s ``register``):
+        the method is ``gf``'s. Returns the generic function, so the decorated name refers to
+        it. It goes through :meth:`add_method`, where a kernel or device function checks the
+        definition as its back-end's decorator does.
         """
         if fn is None:
             return lambda f: self.method(f, callees=callees, localns=localns)
