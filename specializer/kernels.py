@@ -214,6 +214,10 @@ class KernelInstance:
         """Not here: methods belong to the kernel (``@kernel.method``)."""
         raise self._not_a_table("method", "@{k}.method")
 
+    def delete_method(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Not here: methods belong to the kernel (``kernel.delete_method``)."""
+        raise self._not_a_table("delete_method", "{k}.delete_method(signature)")
+
     def _not_a_table(self, what: str, instead: str) -> TypeError:
         k = self.kernel.name
         return TypeError(

@@ -52,6 +52,11 @@ def main() -> None:
     signatures: list[tuple[type, ...]] = [m.signature for m in fill.methods()]
     assert len(signatures) == 3
 
+    # a method taken back: int16 arrays take the generic method again
+    fill.delete_method((cl.Array[np.int16], np.int16))
+    cl.launch(fill, y, np.int16(2), global_size=y.size)
+    assert (y.get() == 2).all()
+
 
 if __name__ == "__main__":
     main()
