@@ -104,7 +104,8 @@ class DeviceFunction(_ByName, GenericFunction):
 
     With no parameters a device function has one signature, so it has one method: a
     definition through ``@square.method`` (a ``def`` of any name) replaces it, as running
-    ``@device def square`` again does."""
+    ``@device def square`` again does. ``square.delete_method(())`` removes it: a kernel
+    calling it then fails at its next compile, until ``square`` is defined again."""
 
     def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if args or "signature" in kwargs:
@@ -124,6 +125,14 @@ class DeviceFunction(_ByName, GenericFunction):
 
 class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
+
+    ``@k.method`` on a ``def`` of any name adds a method to ``k`` as its back-end's
+    ``@kernel`` does (its annotations checked, ``@k.method(callees=[...])``, the world
+    raised once), and is the spelling type checkers accept for a second method;
+    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it,
+    or a :class:`~specializer.methods.Method` from there), raising the world; ``k.methods()``
+    lists the methods a launch can dispatch to. (See
+    :class:`~specializer.methods.GenericFunction`.)
 
     A back-end's launch path keeps the kernel's newest lookup on it, as its front entry
     (see :mod:`specializer.launching`)."""
