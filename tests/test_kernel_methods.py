@@ -396,3 +396,20 @@ def test_cuda_a_deleted_method_gives_its_types_back(monkeypatch, tmp_path):
     cu_back.delete_method(cu_back.methods()[0])
     with pytest.raises(MethodError, match="no method of cu_back matches"):
         cuda.code_ptx(cu_back, tt, arch="sm_90")
+
+
+def test_a_signature_to_delete_may_be_spelled_as_its_annotations():
+    from typing import Annotated
+
+    from specializer.types import Struct
+
+    pair = np.dtype([("x", np.float32), ("n", np.int32)])
+    gf = GenericFunction("annotated")
+
+    @gf.method
+    def _(s: Annotated[Struct, pair]) -> int:
+        return 0
+
+    assert gf.methods()[0].signature == (Struct[pair],)
+    gf.delete_method((Annotated[Struct, pair],))  # the annotation, as the def spelled it
+    assert gf.methods() == []
