@@ -36,7 +36,14 @@ from typing import Any, Protocol
 
 from . import world as _world
 from .locks import new_lock
-from .methods import GenericFunction, Method, MethodInstance, _on_invalidate, register_backedges
+from .methods import (
+    GenericFunction,
+    Method,
+    MethodError,
+    MethodInstance,
+    _on_invalidate,
+    register_backedges,
+)
 from .types import type_name
 
 __all__ = [
@@ -285,7 +292,10 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
             if id(gf) in seen:
                 continue
             seen.add(id(gf))
-            cmi = gf.methodinstance((), job.world)
+            try:
+                cmi = gf.methodinstance((), job.world)
+            except MethodError:
+                raise _no_callee(job, method, gf) from None
             deps.append((gf, (), cmi.method))
             visit(cmi.method, (*path, gf))
             order.append(cmi)
@@ -293,6 +303,16 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
     visit(job.mi.method, (job.mi.method.gf,))
     job.callees = tuple(order)
     return deps
+
+
+def _no_callee(job: CompilerJob, caller: Method, gf: GenericFunction) -> CompileError:
+    """The error for a callee with no method in the job's world (its one method deleted)."""
+    return CompileError(
+        f"kernel {job.name} cannot be compiled: {_signature(caller.gf.name, caller.signature)} "
+        f"calls device function {gf.name} (in its callees=), which has no method in world "
+        f"{job.world} (its method was deleted with {gf.name}.delete_method). Define "
+        f"{gf.name} again, or define the caller again without it in callees="
+    )
 
 
 def _same_names_note(job: CompilerJob) -> str:

@@ -14,7 +14,7 @@ import inspect
 import pickle
 import weakref
 from collections.abc import Callable, Hashable, Iterable, MutableMapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from . import world as _world
 from .compiler import CompilerConfig, CompilerJob, compile_and_link, compile_only
 from .locks import new_lock
 from .lookup import specialize
-from .methods import GenericFunction, signature_of
+from .methods import GenericFunction, Method, signature_of
 from .types import DeviceArray, Struct, WeakScalar, public_module, type_name
 
 __all__ = [
@@ -100,7 +100,12 @@ class _ByName:
 
 
 class DeviceFunction(_ByName, GenericFunction):
-    """A device function (callee): its methods take no parameters and return device source."""
+    """A device function (callee): its methods take no parameters and return device source.
+
+    With no parameters a device function has one signature, so it has one method: a
+    definition through ``@square.method`` (a ``def`` of any name) replaces it, as running
+    ``@device def square`` again does. ``square.delete_method(())`` removes it: a kernel
+    calling it then fails at its next compile, until ``square`` is defined again."""
 
     def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if args or "signature" in kwargs:
@@ -121,6 +126,14 @@ class DeviceFunction(_ByName, GenericFunction):
 class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
 
+    ``@k.method`` on a ``def`` of any name adds a method to ``k`` as its back-end's
+    ``@kernel`` does (its annotations checked, ``@k.method(callees=[...])``, the world
+    raised once), and is the spelling type checkers accept for a second method;
+    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it,
+    or a :class:`~specializer.methods.Method` from there), raising the world; ``k.methods()``
+    lists the methods a launch can dispatch to. (See
+    :class:`~specializer.methods.GenericFunction`.)
+
     A back-end's launch path keeps the kernel's newest lookup on it, as its front entry
     (see :mod:`specializer.launching`)."""
 
@@ -129,6 +142,20 @@ class Kernel(_ByName, GenericFunction):
         self.typeof = typeof
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
         self._closures_lock = new_lock(reentrant=False)
+
+    def add_method(
+        self,
+        fn: Callable[..., Any],
+        signature: tuple[type, ...] | None = None,
+        callees: Iterable[GenericFunction] = (),
+        localns: dict[str, Any] | None = None,
+    ) -> Method:
+        """Add ``fn`` as a method, its annotations checked as its back-end's ``@kernel``
+        checks them (``@fill.method`` comes here too: one path for every definition)."""
+        definitions = getattr(self, "_definitions", None)
+        if signature is None and definitions is not None and callable(fn):
+            signature = definitions.kernel_signature(self.name, fn, localns)
+        return super().add_method(fn, signature, callees, localns)
 
     def capture(self, *values: Any) -> KernelInstance:
         """A kernel instance whose ``values`` are passed as leading arguments on every launch.
@@ -191,6 +218,22 @@ class KernelInstance:
 
     def __reduce__(self) -> Any:
         return (_instance, (self.kernel, self.values))
+
+    def method(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Not here: methods belong to the kernel (``@kernel.method``)."""
+        raise self._not_a_table("method", "@{k}.method")
+
+    def delete_method(self, *args: Any, **kwargs: Any) -> NoReturn:
+        """Not here: methods belong to the kernel (``kernel.delete_method``)."""
+        raise self._not_a_table("delete_method", "{k}.delete_method(signature)")
+
+    def _not_a_table(self, what: str, instead: str) -> TypeError:
+        k = self.kernel.name
+        return TypeError(
+            f"{what} of {type(self).__name__}: a kernel instance (made by capture) has no "
+            f"methods of its own, it launches kernel {k}'s; use {instead.format(k=k)} on the "
+            "kernel itself"
+        )
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} capturing {self.values!r}>"
@@ -285,18 +328,8 @@ class Definitions:
         if not callable(fn):
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
-        sig = None
-        if cls is Kernel:  # checked before anything is defined
-            sig = signature_of(fn, localns)
-            params = [
-                p.name
-                for p in inspect.signature(fn).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-            ]
-            for param, t in zip(params, sig):
-                why = self._unmatchable(t)
-                if why is not None:
-                    raise TypeError(f"parameter {param!r} of kernel {name} is annotated {why}")
+        # a kernel's annotations are checked before anything is defined
+        sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None
         inner = _unwrapped(fn)  # a wrapping decorator's product is the def it wraps (SPEC 7)
         module = getattr(inner, "__module__", None) or ""
         qualname = getattr(inner, "__qualname__", name)
@@ -316,6 +349,24 @@ class Definitions:
         else:
             gf.add_method(fn, callees=callees, localns=localns)
         return gf
+
+    def kernel_signature(
+        self, name: str, fn: Callable[..., Any], localns: dict[str, Any] | None
+    ) -> tuple[type, ...]:
+        """The signature of ``fn`` as a method of kernel ``name``, from its annotations, each
+        checked to be one some argument of this back-end matches (SPEC 8): what ``@kernel``
+        and ``@k.method`` both define with."""
+        sig = signature_of(fn, localns)
+        params = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        for param, t in zip(params, sig):
+            why = self._unmatchable(t)
+            if why is not None:
+                raise TypeError(f"parameter {param!r} of kernel {name} is annotated {why}")
+        return sig
 
     def device_functions(self) -> list[DeviceFunction]:
         """The device functions defined here (for a build error's hint)."""

@@ -4,8 +4,9 @@ A :class:`GenericFunction` holds methods; each has a signature (a tuple of
 argument types, from its annotations) and a validity range
 ``[min_world, max_world]``. Adding a method raises the world; replacing one
 (same signature) closes the old one's range and never deletes it, so an older
-world still dispatches as it did. ``methodinstance(tt, world)`` picks the most
-specific method visible in that world.
+world still dispatches as it did; so does deleting one (``delete_method``), which
+closes its range too. ``methodinstance(tt, world)`` picks the most specific method
+visible in that world.
 
 Code compiled against a method table registers a *backedge* on it
 (:meth:`GenericFunction.add_backedge`); a definition that changes what such a
@@ -19,7 +20,7 @@ import operator
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeGuard, TypeVar, overload
 
 from . import world as _world
 from .types import (
@@ -288,6 +289,9 @@ def _as_world(name: str, world: Any) -> int:
     )
 
 
+_GF = TypeVar("_GF", bound="GenericFunction")
+
+
 class _Dispatch:
     """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
 
@@ -376,13 +380,22 @@ class _Table(NamedTuple):
     #: tt -> cached dispatches, newest first: a memo of this table, filled under the world
     #: lock with dispatches computed from it; a new table starts a new one
     dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
+    #: the heads of the chains whose newest method was deleted (``delete_method``): each
+    #: closed (its ``max_world`` before ``since``), kept for the older worlds that still see
+    #: it; a later method of its signature continues its chain (and takes it off this list)
+    deleted: tuple[Method, ...] = ()
+
+    @property
+    def heads(self) -> tuple[Method, ...]:
+        """The head of every chain: the live methods, then the deleted ones."""
+        return (*self.live, *self.deleted) if self.deleted else self.live
 
     @property
     def history(self) -> tuple[Method, ...]:
-        """Every method in the table, replaced ones included, in order of definition
-        (reflection and tests: it walks every chain)."""
+        """Every method in the table, replaced and deleted ones included, in order of
+        definition (reflection and tests: it walks every chain)."""
         found = []
-        for m in self.live:
+        for m in self.heads:
             chain: Method | None = m
             while chain is not None:
                 found.append(chain)
@@ -409,7 +422,7 @@ class GenericFunction:
             raise TypeError(f"a generic function's name is a non-empty str, got {name!r}")
         self.name = name
         #: the methods, their ranges and the dispatch memo: one value, published by one store
-        self._table = _Table((), 0, {})
+        self._table = _Table((), 0, {}, ())
         #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
         self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
         #: the cached lookup's specialized functions of this F (``specializer.lookup.OWN``):
@@ -421,6 +434,22 @@ class GenericFunction:
 
     # -- definitions ---------------------------------------------------------------------
 
+    @overload
+    def method(
+        self: _GF,
+        fn: Callable[..., Any],
+        *,
+        callees: Iterable[GenericFunction] = ...,
+        localns: dict[str, Any] | None = ...,
+    ) -> _GF: ...
+    @overload
+    def method(
+        self: _GF,
+        fn: None = None,
+        *,
+        callees: Iterable[GenericFunction] = ...,
+        localns: dict[str, Any] | None = ...,
+    ) -> Callable[[Callable[..., Any]], _GF]: ...
     def method(
         self,
         fn: Callable[..., Any] | None = None,
@@ -431,7 +460,10 @@ class GenericFunction:
         """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``;
         ``localns=locals()`` where string annotations name the defining function's locals).
 
-        Returns the generic function, so the decorated name refers to it.
+        ``fn`` may have any name (``def _``, as ``functools.singledispatch``'s ``register``):
+        the method is ``gf``'s. Returns the generic function, so the decorated name refers to
+        it. It goes through :meth:`add_method`, where a kernel or device function checks the
+        definition as its back-end's decorator does.
         """
         if fn is None:
             return lambda f: self.method(f, callees=callees, localns=localns)
@@ -477,33 +509,57 @@ class GenericFunction:
     ) -> Method:
         """Make a definition in world ``latest() + 1``. Call with the world lock held.
 
-        Everything is computed aside from the current table. Then the definition is
-        recorded as in flight with its undo, the replaced method and the code whose dispatch
-        it changes are closed at the current world (no reader is past it yet, so nothing
-        they see changes), the new table is published (all it changes is from the new world
-        on), and the new world is published, which ends the record: from that store on the
-        definition is whole. An interrupt before it leaves the record, and whoever raises
-        the world next undoes the rest first (see ``world.begin_definition``). Last, code no
-        world can reach is released (the sweep; what an interrupt leaves of it, the next
-        definition's sweep releases).
-
-        What it costs is what it touches: the live methods, the cached signatures and the
-        edges on those the new method takes; never the replaced methods.
+        The method replaces the live one of its signature (which is closed at the current
+        world, its chain going on from the new one), or continues the chain of a deleted
+        one, or starts a chain of its own. See :meth:`_change` for how it is published.
         """
         _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
         old = self._table
         latest = _world.latest()
         replaced = [m for m in old.live if m.signature == sig]
-        method = Method(self, fn, sig, callees, latest + 1, replaced[0] if replaced else None)
+        prior = (
+            replaced[0] if replaced else next((m for m in old.deleted if m.signature == sig), None)
+        )
+        method = Method(self, fn, sig, callees, latest + 1, prior)
         live = (*(m for m in old.live if m.signature != sig), method)
-        # Only signatures the new method takes can dispatch differently now (a replaced
-        # method has the new one's signature).
+        deleted = tuple(m for m in old.deleted if m is not prior)
+        self._change(old, live, deleted, method, replaced)
+        return method
+
+    def _change(
+        self,
+        old: _Table,
+        live: tuple[Method, ...],
+        deleted: tuple[Method, ...],
+        changed: Method,
+        closed: list[Method],
+    ) -> None:
+        """Publish a change of the method table in world ``latest() + 1``: ``live`` and
+        ``deleted`` are the new table's, ``changed`` the method added or deleted (only the
+        signatures it takes can dispatch differently now; a replaced method has the new one's
+        signature), ``closed`` the methods whose range ends at the current world. Call with
+        the world lock held, after ``world.undo_in_flight()`` and reading ``old``.
+
+        Everything is computed aside from the current table. Then the change is recorded as
+        in flight with its undo, the closed methods and the code whose dispatch it changes
+        are closed at the current world (no reader is past it yet, so nothing they see
+        changes), the new table is published (all it changes is from the new world on), and
+        the new world is published, which ends the record: from that store on the change is
+        whole. An interrupt before it leaves the record, and whoever raises the world next
+        undoes the rest first (see ``world.begin_definition``). Last, code no world can
+        reach is released (the sweep; what an interrupt leaves of it, the next definition's
+        sweep releases).
+
+        What it costs is what it touches: the live methods, the cached signatures and the
+        edges on those ``changed`` takes; never the replaced or deleted methods.
+        """
+        latest = _world.latest()
         dispatch = {}
         for tt, entries in old.dispatch.items():
             e = entries[0]
             if (
                 e.max_world >= _world.WORLD_MAX
-                and method.applies_weak(tt)
+                and changed.applies_weak(tt)
                 and self._select_or_none(tt, live) is not e.mi.method
             ):
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
@@ -511,7 +567,7 @@ class GenericFunction:
         ended: list[Any] = []
         done: list[tuple[dict[Any, Method], Any]] = []  # entries to drop once it is whole
         for tt, table in self._edges.items():  # (changed under the world lock only)
-            if table and method.applies_weak(tt):
+            if table and changed.applies_weak(tt):
                 now = self._select_or_none(tt, live)
                 for ref, m in table.items():
                     edge = ref()
@@ -520,19 +576,70 @@ class GenericFunction:
                     elif m is not now:
                         ended.append(edge)
                         done.append((table, ref))
-        undo = partial(_undo, self, old, [(m, m.max_world) for m in (*replaced, *ended)])
+        undo = partial(_undo, self, old, [(m, m.max_world) for m in (*closed, *ended)])
         new_world = _world.begin_definition(undo)
         for listener in _on_invalidate:
             listener(ended, False)
-        for m in (*replaced, *ended):
+        for m in (*closed, *ended):
             m.max_world = latest  # closed at a world no reader is past yet: nothing changes
-        self._table = _Table(live, new_world, dispatch)
-        _world.publish_world(new_world)  # the definition is whole from here
+        self._table = _Table(live, new_world, dispatch, deleted)
+        _world.publish_world(new_world)  # the change is whole from here
         for table, ref in done:  # (an edge ended here stays on other tables, closed, until
             table.pop(ref, None)  # it goes or a definition there finds it closed)
         for listener in _on_invalidate:
             listener(ended, True)
-        return method
+
+    def delete_method(self, method: Method | tuple[Any, ...]) -> Method:
+        """Remove a method, as Julia's ``Base.delete_method``; raises the world.
+
+        ``method`` is one of :meth:`methods` (a :class:`Method`) or its signature (the tuple
+        of argument types ``m.signature`` shows). From the new world on, dispatch is as if it
+        had never been defined: a less specific method takes its types again, or they are a
+        :class:`MethodError`; code compiled against it is invalidated as by a redefinition.
+        Its range is closed, not erased, so an older world (``invoke_in_world``) still sees
+        it; a later definition of its signature is a new method. A signature with no live
+        method is a ``ValueError`` listing the methods. Returns the deleted method.
+        """
+        if not isinstance(method, (Method, tuple)):
+            raise TypeError(
+                f"delete_method takes a method of {self.name} (from {self.name}.methods()) or "
+                f"its signature (a tuple of argument types, as m.signature shows it), got "
+                f"{method!r}"
+            )
+        if isinstance(method, tuple):
+            method = tuple(map(argument_type, method))  # Annotated[Struct, dtype], ...
+            _check_tt(self.name, method, "signature")
+        with _world.lock():
+            _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
+            old = self._table
+            target = self._live_method(old, method)
+            live = tuple(m for m in old.live if m is not target)
+            self._change(old, live, (*old.deleted, target), target, [target])
+        return target
+
+    def _live_method(self, table: _Table, method: Method | tuple[type, ...]) -> Method:
+        """The live method ``method`` names (itself, or the one of that signature)."""
+        if isinstance(method, Method):
+            if method.gf is not self:
+                raise ValueError(
+                    f"cannot delete {method!r} from {self.name}: it is a method of "
+                    f"{method.gf.name}; delete it with {method.gf.name}.delete_method"
+                )
+            if any(m is method for m in table.live):
+                return method
+            sig, why = method.signature, " (that method was replaced or deleted already)"
+        else:
+            sig, why = method, ""
+            for m in table.live:
+                if m.signature == sig:
+                    return m
+        names = _namer([*sig, *(t for m in table.live for t in m.signature)])
+        listing = "; ".join(_sig_str(self.name, m.signature, names) for m in table.live)
+        raise ValueError(
+            f"{self.name} has no method {_sig_str(self.name, sig, names)} to delete{why}; its "
+            f"methods are: {listing or 'none'}. Pass one of {self.name}.methods() or its "
+            "signature as m.signature shows it"
+        )
 
     # -- dispatch ------------------------------------------------------------------------
 
@@ -546,7 +653,7 @@ class GenericFunction:
         if world >= t.since:
             return t.live
         found = []
-        for head in t.live:
+        for head in t.heads:
             m = _version(head, world)[0]
             if m is not None and world <= m.max_world:
                 found.append(m)
@@ -615,13 +722,17 @@ class GenericFunction:
         live, since = t.live, t.since
         if world >= since:
             # Every live method is visible from ``since`` on; a replaced method's range
-            # ends where its (live, equally applicable) replacement's begins.
+            # ends where its (live, equally applicable) replacement's begins, and a deleted
+            # one's dispatch ends after its range.
             lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
+            for d in t.deleted:
+                if d.applies_weak(tt):
+                    lo = max(lo, d.max_world + 1)
             return lo, _world.WORLD_MAX
         # An older world: each signature's method of that world, and the one after it
         # (a chain holds one signature, so ``applies_weak`` is asked of its head only).
         lo, hi = 1, _world.WORLD_MAX
-        for head in live:
+        for head in t.heads:
             if not head.applies_weak(tt):
                 continue
             m, after = _version(head, world)

@@ -337,6 +337,52 @@ def replacement_then_another():
     return Program, op, check
 
 
+class ProgramWithInt64(Program):
+    """A :class:`Program` whose kernel has a second, more specific method, compiled."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.k.add_method(self.kernel_body("int64"), signature=(np.int64,), callees=[self.leaf])
+        assert uncached(self.k, 2) == ("int64", 2)
+        self.w0 = latest()
+        self.ci = self._code((np.int64,))
+        (self.k_method, self.int64_method) = self.k.methods()
+        self.history = (len(self.leaf._table.history), len(self.k._table.history))
+
+
+def deletion():
+    """The more specific kernel method deleted (``delete_method``), then defined again."""
+
+    def op(p: ProgramWithInt64) -> None:
+        p.k.delete_method((np.int64,))
+
+    def check(p: ProgramWithInt64, interrupted: bool) -> None:
+        _settle()
+        happened = latest() == p.w0 + 1
+        assert latest() in (p.w0, p.w0 + 1) and (happened or interrupted)
+        assert p.k.methods() == ([p.k_method] if happened else [p.k_method, p.int64_method])
+        assert p.int64_method.max_world == (p.w0 if happened else WORLD_MAX)
+        assert p.ci.max_world == (p.w0 if happened else WORLD_MAX)
+        assert len(p.k._table.history) == p.history[1]  # deleted, never erased
+        for tt in ((np.int64,), (np.float32,)):
+            for w in (p.w0, latest()):
+                _dispatch_is_brute_force(p.k, tt, w)
+        _world_invariants()
+        assert uncached(p.k, 2) == ("number" if happened else "int64", 2)
+        assert invoke_in_world(p.w0, uncached, p.k, 2) == ("int64", 2)
+        # defined again (continuing the deleted method's chain): every world as it was
+        p.k.add_method(p.kernel_body("again"), signature=(np.int64,), callees=[p.leaf])
+        assert uncached(p.k, 2) == ("again", 2)
+        assert invoke_in_world(p.w0, uncached, p.k, 2) == ("int64", 2)
+        if happened:
+            assert invoke_in_world(p.w0 + 1, uncached, p.k, 2) == ("number", 2)
+        for w in (p.w0, p.w0 + 1, latest()):
+            _dispatch_is_brute_force(p.k, (np.int64,), w)
+        _world_invariants()
+
+    return ProgramWithInt64, op, check
+
+
 def bump():
     """``bump()``."""
 
@@ -522,6 +568,7 @@ CASES = [
     more_specific_method,
     replacement,
     replacement_then_another,
+    deletion,
     bump,
     pin,
     copied_context,

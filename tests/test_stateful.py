@@ -1,7 +1,7 @@
 """Stateful tests: random sequences of definitions, pins and lookups against naive models.
 
 (a) :class:`DispatchAndCompileMachine` defines kernel methods over a small numpy type
-lattice (adding and replacing), redefines device functions (callees, and a callee of a
+lattice (adding, replacing and deleting), redefines device functions (callees, and a callee of a
 callee), bumps the world, pins tasks to older worlds (nested) and looks kernels up. A
 deliberately naive model (a list of (signature, fn-id, min_world, max_world) rows per
 function, a world counter, dispatch by brute force) says what each step must see: the
@@ -121,6 +121,12 @@ class NaiveWorld:
                 r.max_world = self.world - 1
         self.rows[name].append(Row(sig, fid, callees, self.world))
 
+    def delete(self, name: str, sig: tuple[type, ...]) -> None:
+        self.world += 1
+        for r in self.rows[name]:
+            if r.sig == sig and r.max_world == INF:
+                r.max_world = self.world - 1
+
     def bump(self) -> None:
         self.world += 1
 
@@ -191,12 +197,14 @@ def device_body(name: str, fid: int, callees: tuple[str, ...]):
 
 @dataclass
 class Compiled:
-    """A compilation the model saw: its world, its dependencies, and whether the core had to
-    trust it in its own world only (a dependency changed between that world and the latest)."""
+    """A compilation the model saw: its world, its dependencies, whether the core had to
+    trust it in its own world only (a dependency changed between that world and the latest),
+    and the latest world when it was stored (from which on definitions end it)."""
 
     world: int
     deps: frozenset
     own_world_only: bool
+    stored: int
 
 
 def _pick_world(start: int, pick: int) -> int:
@@ -244,14 +252,23 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         """Run ``fn`` in the innermost pinned thread (or unpinned, here)."""
         return self.pins[-1][1].run(fn, *args) if self.pins else fn(*args)
 
-    def _valid(self, c: Compiled, k: str, tt: tuple[type, ...], w: int) -> bool:
-        """Whether compilation ``c`` is valid in ``w``: nothing the kernel depends on changed
-        between its world and ``w`` (and, if the core trusted it in its own world only, ``w``
-        is not after that world)."""
-        if c.own_world_only and w > c.world:
+    def _in_range(self, c: Compiled, k: str, tt: tuple[type, ...], w: int) -> bool:
+        """Whether ``w`` is in compilation ``c``'s range (what the core keeps it for): from
+        the newest definition of the methods it used on; up to its own world if the core
+        trusted it there only, else until the first definition after it was stored that
+        changed what it depends on (even where a later one dispatches as it did again)."""
+        if w < max(self.methods[fid].min_world for _, fid in c.deps):
             return False
-        lo, hi = sorted((w, c.world))
-        return all(self.model.deps(k, tt, v) == c.deps for v in range(lo, hi + 1))
+        if c.own_world_only:
+            return w <= c.world
+        return all(self.model.deps(k, tt, v) == c.deps for v in range(c.stored, w + 1))
+
+    def _valid(self, c: Compiled, k: str, tt: tuple[type, ...], w: int) -> bool:
+        """Whether compilation ``c`` is valid in ``w``: in its range, and ``w`` dispatches to
+        the same methods (a lookup dispatches first, and the same methods make the same code,
+        also where a method deleted since dispatched otherwise in between). Without deletions,
+        every world of the range dispatches so."""
+        return self._in_range(c, k, tt, w) and self.model.deps(k, tt, w) == c.deps
 
     def _covered(self, k: str, tt: tuple[type, ...], w: int, deps: frozenset) -> bool:
         """Whether a compilation the model saw (and the core still keeps) is valid in ``w``."""
@@ -262,7 +279,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         world a live pin holds; the rest is released (and compiles again if needed)."""
         keep = {self.model.world, *(w for w, _ in self.pins)}
         for (k, tt), cs in self.compiled.items():
-            cs[:] = [c for c in cs if any(self._valid(c, k, tt, w) for w in keep)]
+            cs[:] = [c for c in cs if any(self._in_range(c, k, tt, w) for w in keep)]
 
     def _check_lookup(self, k: str, tt: tuple[type, ...], ctx_key: str, w: int) -> None:
         """In a task whose world should be ``w``: dispatch, the visible methods, and the
@@ -304,7 +321,7 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
         )
         if not covered:
             changed = self.model.deps(k, tt, self.model.world) != deps
-            self.compiled[(k, tt)].append(Compiled(w, deps, changed))
+            self.compiled[(k, tt)].append(Compiled(w, deps, changed, self.model.world))
             if changed:
                 _event("compiled in an older world whose code is no longer current")
         assert fn(*(t(1) for t in tt)) == self.model.output(k, tt, w)
@@ -348,6 +365,18 @@ class DispatchAndCompileMachine(RuleBasedStateMachine):
                 tuple(self.devices[i] for i in sorted(callees)),
                 kernel_body,
             )
+
+    @rule(k=st.integers(0, 1), pick=st.integers(0, 10**6))
+    def delete_kernel_method(self, k: int, pick: int) -> None:
+        name = self.kernels[k]
+        open_sigs = [r.sig for r in self.model.rows[name] if r.max_world == INF]
+        if open_sigs:
+            sig = open_sigs[pick % len(open_sigs)]
+            m = self.gfs[name].delete_method(sig)
+            self.model.delete(name, sig)
+            self._release()
+            assert m.signature == sig and m.max_world == latest() - 1
+            assert latest() == self.model.world
 
     @rule(
         k=st.integers(0, 1),

@@ -1,7 +1,8 @@
 """Users' scripts in the documented style type-check: ``mypy --strict`` and ``pyright`` pass on
 ``tests/typing/`` with no error code turned off (``Array[np.float32]``, ``Array[np.floating]``
 with ``x.dtype``, the decorators, ``launch``, ``clfunction``, struct dtypes through
-``typing.Annotated``), and catch a mistake there; the OpenCL script also runs."""
+``typing.Annotated``, methods added with ``@fill.method`` on a ``def _``), and catch a
+mistake there; the OpenCL scripts also run."""
 
 from __future__ import annotations
 
@@ -87,6 +88,11 @@ def test_the_checkers_see_launchs_signature(tmp_path):
 def test_the_opencl_script_runs():
     pytest.importorskip("pyopencl")
     runpy.run_path(str(SCRIPTS / "opencl_user.py"), run_name="__main__")
+
+
+def test_the_methods_script_runs():
+    pytest.importorskip("pyopencl")
+    runpy.run_path(str(SCRIPTS / "methods_user.py"), run_name="__main__")
 
 
 def test_the_cuda_script_defines_its_kernels():

@@ -1339,7 +1339,10 @@ def kernel(
 
     A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that
     name adds a method (a more specific signature), or replaces the one with the same
-    signature (the world rises: the next launch runs the new code).
+    signature (the world rises: the next launch runs the new code). ``@fill.method`` on a
+    ``def`` of any name (``def _``) adds a method to ``fill`` the same way, the spelling type
+    checkers accept (a second ``def fill`` is a redefinition to them);
+    ``fill.delete_method(signature)`` takes one back.
 
     Annotate each parameter with an argument type: ``Array[dtype]`` (a pyopencl array;
     ``Array[np.float32]``, or abstract ``Array[np.floating]``, ``Array[np.number]``), a numpy
