@@ -167,10 +167,7 @@ def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     ones refused, naming every option."""
     unknown = sorted(set(kwargs) - set(COMPILER_KWARGS))
     if unknown:
-        raise TypeError(
-            f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
-            f"{', '.join(LAUNCH_OPTIONS)}; compiler options are {', '.join(COMPILER_KWARGS)}"
-        )
+        raise _launcher.keyword_error(unknown)
     return tuple(sorted((k, _frozen(v)) for k, v in kwargs.items()))
 
 
@@ -255,6 +252,7 @@ class _CUDALauncher(launching.Launcher):
     template = "cuda_entry.py.j2"
     options = LAUNCH_OPTIONS
     defaults = ("required", "required", "none", "zero", "false")
+    compiler_kwargs = tuple(COMPILER_KWARGS)
     front_attr = "_cuda_front"
     V = LinkedKernel
     host_class = HostKernel
