@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 
-__all__ = ["nearest", "unknown_keywords"]
+__all__ = ["DECORATOR_KEYWORDS", "decorator_keywords", "nearest", "unknown_keywords"]
 
 
 def nearest(name: str, choices: Iterable[str]) -> str | None:
@@ -24,3 +24,20 @@ def unknown_keywords(given: Iterable[str], choices: Iterable[str]) -> str:
         near = nearest(name, valid)
         out.append(name if near is None else f"{name} (did you mean {near}?)")
     return ", ".join(out)
+
+
+#: the keywords of the kernel and device decorators, and what each takes
+DECORATOR_KEYWORDS = (
+    ("callees", "callees=[the device functions its source calls]"),
+    ("localns", "localns=locals() (the names string annotations may use)"),
+)
+
+
+def decorator_keywords(what: str, unknown: Iterable[str]) -> TypeError:
+    """The error for a kernel or device decorator (``what``, as the user spells it) given
+    keywords ``unknown``: each named, with the nearest accepted one, and every one it takes."""
+    names = unknown_keywords(unknown, (name for name, _ in DECORATOR_KEYWORDS))
+    return TypeError(
+        f"{what} got unknown keyword argument(s) {names}: it takes "
+        f"{' and '.join(text for _, text in DECORATOR_KEYWORDS)}"
+    )

@@ -255,3 +255,48 @@ def test_a_bad_size_after_a_redefinition_is_as_short(x):
     assert graded(e.value, "cl.launch(redefined_size, x, global_size=0)").startswith(
         "kernel redefined_size(Array[np.float32]): global_size must be positive"
     )
+
+
+# -- 6. a misspelled decorator keyword -----------------------------------------------------
+
+DECORATOR_KEYWORDS = (
+    "it takes callees=[the device functions its source calls] and localns=locals() (the "
+    "names string annotations may use)"
+)
+
+
+def test_a_misspelled_kernel_decorator_keyword_is_named_with_the_nearest():
+    with pytest.raises(TypeError) as e:
+
+        @cl.kernel(calees=[])
+        def misspelled(x: cl.Array[np.float32]) -> str:
+            return ""
+
+    assert graded(e.value, "@cl.kernel(calees=[])") == (
+        "@opencl.kernel got unknown keyword argument(s) calees (did you mean callees?): "
+        + DECORATOR_KEYWORDS
+    )
+
+
+def test_a_misspelled_device_decorator_keyword_is_named_with_the_nearest():
+    with pytest.raises(TypeError) as e:
+
+        @cl.device(localsns=locals())
+        def misspelled_device() -> str:
+            return ""
+
+    assert graded(e.value, "@cl.device(localsns=locals())") == (
+        "@opencl.device got unknown keyword argument(s) localsns (did you mean localns?): "
+        + DECORATOR_KEYWORDS
+    )
+
+
+def test_a_misspelled_cuda_decorator_keyword_is_named_with_the_nearest():
+    cuda = pytest.importorskip("specializer.backends.cuda")
+    for decorator, what in ((cuda.kernel, "kernel"), (cuda.device, "device")):
+        with pytest.raises(TypeError) as e:
+            decorator(calees=[])
+        assert graded(e.value, "decorator(calees=[])") == (
+            f"@cuda.{what} got unknown keyword argument(s) calees (did you mean callees?): "
+            + DECORATOR_KEYWORDS
+        )

@@ -68,6 +68,7 @@ from ..kernels import (
     unsupported_argument,
 )
 from ..locks import new_lock
+from ..suggest import decorator_keywords
 from ..types import (
     WEAK,
     DeviceArray,
@@ -1357,6 +1358,7 @@ def kernel(
     *,
     callees: Iterable[Any] = (),
     localns: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Any:
     """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
 
@@ -1378,6 +1380,8 @@ def kernel(
     (:func:`ctype` spells a type). ``callees`` names the device functions it calls;
     ``localns=locals()`` lets string annotations name the defining function's locals.
     """
+    if unknown:  # (a misspelling: named, with the keywords it takes)
+        raise decorator_keywords("@opencl.kernel", unknown)
     return _definitions.kernel(fn, callees=callees, localns=localns)
 
 
@@ -1400,6 +1404,7 @@ def device(
     *,
     callees: Iterable[Any] = (),
     localns: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Any:
     """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
 
@@ -1407,6 +1412,8 @@ def device(
     kernels listing it in ``callees=`` call. Running its ``def`` again raises the world and
     recompiles exactly the kernels that call it.
     """
+    if unknown:  # (a misspelling: named, with the keywords it takes)
+        raise decorator_keywords("@opencl.device", unknown)
     return _definitions.device(fn, callees=callees, localns=localns)
 
 
