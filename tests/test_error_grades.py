@@ -300,3 +300,26 @@ def test_a_misspelled_cuda_decorator_keyword_is_named_with_the_nearest():
             f"@cuda.{what} got unknown keyword argument(s) calees (did you mean callees?): "
             + DECORATOR_KEYWORDS
         )
+
+
+# -- 7. a Python int out of its parameter's range ----------------------------------------------
+
+
+@cl.kernel
+def fill_i32(x: cl.Array[np.int32], v: np.int32) -> str:
+    return "__kernel void fill_i32(__global int *x, int v) { x[get_global_id(0)] = v; }"
+
+
+@pytest.mark.parametrize("hit", [False, True])
+def test_an_int_too_big_for_its_parameter_says_which_type_holds_it(queue, hit):
+    y = cla.zeros(queue, 8, np.int32)
+    if hit:
+        cl.launch(fill_i32, y, 1, global_size=8)
+    with pytest.raises(OverflowError) as e:
+        cl.launch(fill_i32, y, 2**40, global_size=8)
+    assert graded(e.value, "cl.launch(fill_i32, y, 2**40, global_size=8)") == (
+        "1099511627776 does not fit np.int32 (-2147483648 to 2147483647), the type of "
+        "parameter 1 (v) of kernel fill_i32(Array[np.int32], np.int32): declare the "
+        "parameter np.int64 in the method (and the kernel source), which holds it, and pass "
+        "np.int64(1099511627776); or pass a value in range"
+    )
