@@ -323,3 +323,37 @@ def test_an_int_too_big_for_its_parameter_says_which_type_holds_it(queue, hit):
         "parameter np.int64 in the method (and the kernel source), which holds it, and pass "
         "np.int64(1099511627776); or pass a value in range"
     )
+
+
+# -- 5. another kind where every method declares local memory ------------------------------
+
+
+def test_an_int_where_local_memory_is_declared_says_how_to_make_local_memory(x):
+    @cl.kernel
+    def with_scratch(x: cl.Array[np.float32], scratch: cl.LocalMemory) -> str:
+        return "__kernel void with_scratch(__global float *x, __local float *scratch) { }"
+
+    with pytest.raises(MethodError) as e:
+        cl.launch(with_scratch, x, 16, global_size=8)
+    line = graded(e.value, "cl.launch(with_scratch, x, 16, global_size=8)")
+    assert line.startswith("no method of with_scratch matches with_scratch(Array[np.float32], int)")
+    assert (
+        ". Every method of with_scratch with 2 parameters takes a LocalMemory as argument 1, "
+        "given int here: pass pyopencl.LocalMemory(nbytes), nbytes the bytes each work group "
+        "gets. Define a method of with_scratch"
+    ) in line
+    cl.launch(with_scratch, x, pyopencl.LocalMemory(16), global_size=8)  # the fix works
+
+
+def test_no_hint_where_the_methods_declare_different_kinds(x):
+    @cl.kernel
+    def either(x: cl.Array[np.float32], scratch: cl.LocalMemory) -> str:
+        return "__kernel void either(__global float *x, __local float *scratch) { }"
+
+    @cl.kernel
+    def either(x: cl.Array[np.float32], scratch: cl.Buffer) -> str:
+        return "__kernel void either(__global float *x, __global float *scratch) { }"
+
+    with pytest.raises(MethodError) as e:
+        cl.launch(either, x, 16, global_size=8)
+    assert "Every method" not in str(e.value)

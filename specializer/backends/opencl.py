@@ -130,24 +130,32 @@ class Buffer(_ArgType):
     """The argument type of a raw ``pyopencl.Buffer``: a ``__global``/``__constant`` pointer."""
 
     __argtype_name__ = "Buffer"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass a pyopencl.Buffer (an array's is its .data)"
 
 
 class LocalMemory(_ArgType):
     """The argument type of ``pyopencl.LocalMemory(nbytes)``: a ``__local T *`` parameter."""
 
     __argtype_name__ = "LocalMemory"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass pyopencl.LocalMemory(nbytes), nbytes the bytes each work group gets"
 
 
 class Image(_ArgType):
     """The argument type of a ``pyopencl.Image``: an ``image2d_t``/``image3d_t``/... parameter."""
 
     __argtype_name__ = "Image"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass a pyopencl.Image"
 
 
 class Sampler(_ArgType):
     """The argument type of a ``pyopencl.Sampler``: a ``sampler_t`` parameter."""
 
     __argtype_name__ = "Sampler"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass a pyopencl.Sampler"
 
 
 _ACCEPTED = (
