@@ -736,7 +736,8 @@ class Launcher:
 
     def _lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         """The cached lookup; a user's error in it (no method, an ambiguity, code that does not
-        build, a method body that raised or returned no source) is raised with the traceback
+        build, a method body that raised or returned no source, a back-end's error marked
+        with :func:`specializer.compiler.users_error`) is raised with the traceback
         from here on (and the body's own frames), not the library's frames between."""
         try:
             return self.site.lookup(F, tt, key)
@@ -744,7 +745,7 @@ class Launcher:
             from_body, tb = _compiler.body_traceback(e)
             if from_body:  # with its own cause and context, as they were
                 raise e.with_traceback(tb)  # noqa: B904
-            if isinstance(e, (MethodError, _compiler.CompileError)):
+            if isinstance(e, (MethodError, _compiler.CompileError)) or _compiler.is_users_error(e):
                 raise e.with_traceback(None) from e.__cause__
             raise
 

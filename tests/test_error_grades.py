@@ -357,3 +357,59 @@ def test_no_hint_where_the_methods_declare_different_kinds(x):
     with pytest.raises(MethodError) as e:
         cl.launch(either, x, 16, global_size=8)
     assert "Every method" not in str(e.value)
+
+
+# -- 3. C parameters that differ from the annotations ----------------------------------------
+
+
+def test_a_scalar_parameter_of_another_kind_is_named_after_few_frames(x):
+    @cl.kernel
+    def int_param(x: cl.Array[np.float32], v: np.float32) -> str:
+        return "__kernel void int_param(__global float *x, int v) { }"
+
+    for _ in range(2):  # nothing was cached: the same error again
+        with pytest.raises(TypeError) as e:
+            cl.launch(int_param, x, np.float32(1), global_size=8)
+        assert graded(e.value, "cl.launch(int_param, x, np.float32(1), global_size=8)") == (
+            "kernel int_param(Array[np.float32], np.float32): parameter 1 (v) is declared 'int' "
+            "in the kernel source, but the method's signature gives it np.float32 (OpenCL C "
+            "float): the argument is of a floating-point type, the parameter is not. Make the "
+            "annotation match the C declaration (or the declaration the annotation); nothing "
+            "was launched"
+        )
+
+
+def test_an_array_of_other_elements_is_named_after_few_frames_on_every_path(queue):
+    @cl.kernel
+    def int_elements(x: cl.Array[np.int32]) -> str:
+        return "__kernel void int_elements(__global float *x) { }"
+
+    y = cla.zeros(queue, 8, np.int32)
+    with pytest.raises(TypeError) as e:
+        cl.launch(int_elements, y, global_size=8)
+    line = graded(e.value, "cl.launch(int_elements, y, global_size=8)")
+    assert line.startswith(
+        "kernel int_elements(Array[np.int32]): parameter 0 (x) is declared '__global float*' "
+    )
+    assert "Make the annotation match the C declaration" in line
+    with pytest.raises(TypeError) as e:
+        cl.clfunction(int_elements, (cl.Array[np.int32],))
+    assert graded(e.value, "cl.clfunction(int_elements, (cl.Array[np.int32],))") == line
+
+
+def test_a_mismatch_after_a_redefinition_is_as_short(x):
+    @cl.kernel
+    def redefined_param(x: cl.Array[np.float32], v: np.float32) -> str:
+        return "__kernel void redefined_param(__global float *x, float v) { }"
+
+    cl.launch(redefined_param, x, np.float32(1), global_size=8)  # a front entry
+
+    @cl.kernel
+    def redefined_param(x: cl.Array[np.float32], v: np.float32) -> str:
+        return "__kernel void redefined_param(__global float *x, long v) { }"
+
+    with pytest.raises(TypeError) as e:
+        cl.launch(redefined_param, x, np.float32(1), global_size=8)
+    assert "parameter 1 (v) is declared 'long'" in graded(
+        e.value, "cl.launch(redefined_param, x, np.float32(1), global_size=8)"
+    )

@@ -57,7 +57,7 @@ import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
 from .. import includes, launching
-from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
+from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob, users_error
 from ..kernels import (
     SCALAR_TYPES,
     Definitions,
@@ -1080,11 +1080,13 @@ def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str =
                 theirs += f" (OpenCL C {_c_type(t)[0]})"
             except TypeError:  # a type OpenCL C does not spell
                 pass
-        raise TypeError(
-            f"kernel {launching.signature(job.name, job.mi.tt)}: parameter {i}"
-            f"{f' ({pname})' if pname else ''} is declared {declared!r} in the kernel source, "
-            f"but the method's signature gives it {theirs}: {why}. Make the annotation match "
-            "the C declaration (or the declaration the annotation); nothing was launched"
+        raise users_error(
+            TypeError(
+                f"kernel {launching.signature(job.name, job.mi.tt)}: parameter {i}"
+                f"{f' ({pname})' if pname else ''} is declared {declared!r} in the kernel source, "
+                f"but the method's signature gives it {theirs}: {why}. Make the annotation match "
+                "the C declaration (or the declaration the annotation); nothing was launched"
+            )
         )
 
 
