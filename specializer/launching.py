@@ -14,7 +14,11 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   :func:`specializer.codegen.add_template_dir`.
 - ``options`` and ``defaults``: its launch options, in order, as ``launch`` and a HostKernel
   call take them, and each one's default, one of ``"required"`` (the caller must give it),
-  ``"none"``, ``"zero"``, ``"false"`` (it defaults to ``None``, ``0``, ``False``).
+  ``"none"``, ``"zero"``, ``"false"`` (it defaults to ``None``, ``0``, ``False``). The
+  generated signatures default a required option to :data:`REQUIRED`, so that a misspelled
+  one reaches the miss, which names it (and refuses a required option left out); a front
+  entry or a HostKernel call given none sees ``REQUIRED``, which the ``launch`` block's own
+  check of that option must refuse (OpenCL's work-size check does, naming the option).
 - ``where_name``: the variable the template's ``where`` block sets to the launch's *where*,
   the thing a front entry is published for (a queue, a context key); default ``"where"``. It
   may be an option's name (OpenCL's ``queue``); the block must assign it either way.
@@ -37,7 +41,9 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   :class:`HostKernel` subclass it returns; ``lookup_name``: its lookup's name for messages
   (``"clfunction"``).
 - ``lifted`` and ``compiler_kwargs`` (optional): the compiler kwargs ``launch`` takes by name
-  (so a launch with them costs what one without does), and all of them, when all are known.
+  (so a launch with them costs what one without does), and all of them, when all are known
+  (then a miss refuses any other keyword first, naming the nearest option: SPEC 8;
+  ``compiler_help`` words the compiler options in that message).
   A lifted kwarg the caller did not give is :data:`NOTHING` in the launch path and absent
   from what :meth:`Launcher.key` receives: ``key`` gets the compiler kwargs the caller gave,
   lifted or not, as one dict.
