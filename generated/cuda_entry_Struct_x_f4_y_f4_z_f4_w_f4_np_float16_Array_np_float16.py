@@ -107,7 +107,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked, mi
         # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
         # the HostKernel, a partial of it, binds no arguments, so a call need not join two
         # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
-        def call(*args, grid, block, stream=None, shared_mem=0, cooperative=False, **kw):
+        def call(*args, grid=_REQUIRED, block=_REQUIRED, stream=None, shared_mem=0, cooperative=False, **kw):
             # the arguments must have the types it was looked up for
             if kw:
                 unknown(kw)

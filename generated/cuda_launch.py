@@ -1,5 +1,5 @@
 # Generated from templates/launch.py.j2 by tools/regen_generated.py; do not edit.
-def cuda_launch(f, /, *args, grid, block, stream=None, shared_mem=0, cooperative=False, **compiler_kwargs):
+def cuda_launch(f, /, *args, grid=_REQUIRED, block=_REQUIRED, stream=None, shared_mem=0, cooperative=False, **compiler_kwargs):
     try:
         entry = f._cuda_front
     except AttributeError:  # no front entry yet, or not a kernel: the slow path (called

@@ -23,9 +23,12 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         else:
             try:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            except BaseException:
+            except BaseException as e:
                 _give(k)
-                raise
+                error = _size_error(linked, e)
+                if error is None:
+                    raise
+                raise error from None
         try:
             k[0](0, a0)
             s1 = a1.size
@@ -92,9 +95,12 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
             else:
                 try:
                     global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-                except BaseException:
+                except BaseException as e:
                     _give(k)
-                    raise
+                    error = _size_error(linked, e)
+                    if error is None:
+                        raise
+                    raise error from None
             try:
                 k[0](0, a0)
                 s1 = a1.size
@@ -121,7 +127,7 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
         # the HostKernel, a partial of it, binds no arguments, so a call need not join two
         # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
-        def call(*args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
+        def call(*args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
             # the arguments must have the types it was looked up for
             if kw:
                 unknown(kw)
@@ -147,9 +153,12 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
             else:
                 try:
                     global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-                except BaseException:
+                except BaseException as e:
                     _give(k)
-                    raise
+                    error = _size_error(linked, e)
+                    if error is None:
+                        raise
+                    raise error from None
             try:
                 k[0](0, a0)
                 s1 = a1.size

@@ -21,9 +21,12 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
         else:
             try:
                 global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            except BaseException:
+            except BaseException as e:
                 _give(k)
-                raise
+                error = _size_error(linked, e)
+                if error is None:
+                    raise
+                raise error from None
         try:
             k[1](0, a0)
             if k[4]() is not a1:
@@ -87,9 +90,12 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             else:
                 try:
                     global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-                except BaseException:
+                except BaseException as e:
                     _give(k)
-                    raise
+                    error = _size_error(linked, e)
+                    if error is None:
+                        raise
+                    raise error from None
             try:
                 k[1](0, a0)
                 if k[4]() is not a1:
@@ -113,7 +119,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
         # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
         # the HostKernel, a partial of it, binds no arguments, so a call need not join two
         # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
-        def call(*args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
+        def call(*args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
             # the arguments must have the types it was looked up for
             if kw:
                 unknown(kw)
@@ -139,9 +145,12 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked, miss, misma
             else:
                 try:
                     global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-                except BaseException:
+                except BaseException as e:
                     _give(k)
-                    raise
+                    error = _size_error(linked, e)
+                    if error is None:
+                        raise
+                    raise error from None
             try:
                 k[1](0, a0)
                 if k[4]() is not a1:

@@ -1,5 +1,5 @@
 # Generated from templates/launch.py.j2 by tools/regen_generated.py; do not edit.
-def opencl_launch(f, /, *args, global_size, local_size=None, global_offset=None, wait_for=None, queue=None, options=_NOTHING, **compiler_kwargs):
+def opencl_launch(f, /, *args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None, queue=None, options=_NOTHING, **compiler_kwargs):
     try:
         entry = f._opencl_front
     except AttributeError:  # no front entry yet, or not a kernel: the slow path (called

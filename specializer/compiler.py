@@ -32,7 +32,7 @@ from __future__ import annotations
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from . import world as _world
 from .locks import new_lock
@@ -217,6 +217,28 @@ def _add_note(e: BaseException, note: str) -> None:
             e.__notes__ = [*getattr(e, "__notes__", ()), note]  # type: ignore[attr-defined]
         except AttributeError:
             pass
+
+
+#: the attribute that marks an error as the user's (users_error)
+_USERS = "_specializer_users_error"
+
+_E = TypeVar("_E", bound=BaseException)
+
+
+def users_error(e: _E) -> _E:
+    """Mark ``e``, which a back-end raises as it compiles or links, as an error in what the
+    user wrote (a method's annotations against the source its body returned): a launch or
+    lookup raises it without the library's frames between it and the user's line."""
+    try:
+        setattr(e, _USERS, True)
+    except AttributeError:  # an exception type that takes no attributes: raised as it is
+        pass
+    return e
+
+
+def is_users_error(e: BaseException) -> bool:
+    """Whether ``e`` was marked with :func:`users_error`."""
+    return _USERS in getattr(e, "__dict__", ())
 
 
 def body_traceback(e: BaseException) -> tuple[bool, Any]:

@@ -14,7 +14,11 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   :func:`specializer.codegen.add_template_dir`.
 - ``options`` and ``defaults``: its launch options, in order, as ``launch`` and a HostKernel
   call take them, and each one's default, one of ``"required"`` (the caller must give it),
-  ``"none"``, ``"zero"``, ``"false"`` (it defaults to ``None``, ``0``, ``False``).
+  ``"none"``, ``"zero"``, ``"false"`` (it defaults to ``None``, ``0``, ``False``). The
+  generated signatures default a required option to :data:`REQUIRED`, so that a misspelled
+  one reaches the miss, which names it (and refuses a required option left out); a front
+  entry or a HostKernel call given none sees ``REQUIRED``, which the ``launch`` block's own
+  check of that option must refuse (OpenCL's work-size check does, naming the option).
 - ``where_name``: the variable the template's ``where`` block sets to the launch's *where*,
   the thing a front entry is published for (a queue, a context key); default ``"where"``. It
   may be an option's name (OpenCL's ``queue``); the block must assign it either way.
@@ -37,7 +41,9 @@ What a back-end supplies (class attributes and methods of its :class:`Launcher` 
   :class:`HostKernel` subclass it returns; ``lookup_name``: its lookup's name for messages
   (``"clfunction"``).
 - ``lifted`` and ``compiler_kwargs`` (optional): the compiler kwargs ``launch`` takes by name
-  (so a launch with them costs what one without does), and all of them, when all are known.
+  (so a launch with them costs what one without does), and all of them, when all are known
+  (then a miss refuses any other keyword first, naming the nearest option: SPEC 8;
+  ``compiler_help`` words the compiler options in that message).
   A lifted kwarg the caller did not give is :data:`NOTHING` in the launch path and absent
   from what :meth:`Launcher.key` receives: ``key`` gets the compiler kwargs the caller gave,
   lifted or not, as one dict.
@@ -191,9 +197,10 @@ from .kernels import Definitions, Kernel, LookupSite
 from .locks import new_lock
 from .lookup import forget_key
 from .methods import MethodError
+from .suggest import unknown_keywords
 from .types import WEAK, DeviceArray, Struct, type_name
 
-__all__ = ["NOTHING", "HostKernel", "Launcher", "forget", "signature", "table_in"]
+__all__ = ["NOTHING", "REQUIRED", "HostKernel", "Launcher", "forget", "signature", "table_in"]
 
 
 def signature(name: str, tt: Iterable[type]) -> str:
@@ -256,6 +263,11 @@ CHAIN = 4
 _WHERE_TRIES = 8
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
+#: the default of a "required" launch option in the generated signatures: a launch that
+#: misspells one (``global_sise=``) reaches the slow path, which names the misspelling,
+#: rather than Python's "missing 1 required keyword-only argument" (a default costs a call
+#: that gives the option nothing)
+REQUIRED: Any = type("RequiredOption", (), {"__repr__": lambda self: "<required>"})()
 
 
 class Launcher:
@@ -273,8 +285,12 @@ class Launcher:
     #: and a search of every parameter name on each call); the rest go to ``**``
     lifted: ClassVar[tuple[str, ...]] = ()
     #: every compiler kwarg's name, when all are known (then, with all of them lifted, a
-    #: front entry only checks that no other keyword came)
+    #: front entry only checks that no other keyword came, and a miss refuses any other
+    #: keyword first, naming the nearest option)
     compiler_kwargs: ClassVar[tuple[str, ...]] = ()
+    #: how an unknown keyword's message names the compiler options (default: "compiler
+    #: options are <compiler_kwargs>")
+    compiler_help: ClassVar[str] = ""
     #: the variable the template's ``where`` block sets: the where a front entry compares
     where_name: ClassVar[str] = "where"
     #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
@@ -311,7 +327,7 @@ class Launcher:
         self.launch = codegen.generate(
             "launch.py.j2",
             (self.name, "launch"),
-            {"_miss": self.miss, "_NOTHING": NOTHING},
+            {"_miss": self.miss, "_NOTHING": NOTHING, "_REQUIRED": REQUIRED},
             f"{self.name}: launch(f, *args, {', '.join(self.options)})",
             **self.launch_params(),
         )
@@ -524,7 +540,12 @@ class Launcher:
         """The generated function's name parts, globals and template parameters for one
         signature (what ``tools/regen_generated.py`` renders for review too)."""
         guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
-        namespace = {"_TASK": _world.task_cell, "_ndarray": np.ndarray, **namespace}
+        namespace = {
+            "_TASK": _world.task_cell,
+            "_ndarray": np.ndarray,
+            "_REQUIRED": REQUIRED,
+            **namespace,
+        }
         for i, t in enumerate(full[ncaptured:], ncaptured):
             kind, cls, dtype = self.guard_of(t)
             self._check_guard(t, kind)
@@ -596,6 +617,9 @@ class Launcher:
             if v is not NOTHING:
                 kw = {**kw, k: v}
         given = opts[:n]
+        error = self._call_error(F, len(args), given, kw)
+        if error is not None:  # raised here: the fewest library frames above the user's line
+            raise error
         where, opts = self.resolve(given)  # the launch's one read of a default where
         self.check_args(where, f, args)
         tt = self.argtypes(args, F)
@@ -718,7 +742,8 @@ class Launcher:
 
     def _lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         """The cached lookup; a user's error in it (no method, an ambiguity, code that does not
-        build, a method body that raised or returned no source) is raised with the traceback
+        build, a method body that raised or returned no source, a back-end's error marked
+        with :func:`specializer.compiler.users_error`) is raised with the traceback
         from here on (and the body's own frames), not the library's frames between."""
         try:
             return self.site.lookup(F, tt, key)
@@ -726,7 +751,7 @@ class Launcher:
             from_body, tb = _compiler.body_traceback(e)
             if from_body:  # with its own cause and context, as they were
                 raise e.with_traceback(tb)  # noqa: B904
-            if isinstance(e, (MethodError, _compiler.CompileError)):
+            if isinstance(e, (MethodError, _compiler.CompileError)) or _compiler.is_users_error(e):
                 raise e.with_traceback(None) from e.__cause__
             raise
 
@@ -765,10 +790,71 @@ class Launcher:
 
     def unknown(self, kw: dict[str, Any]) -> None:
         """A HostKernel call given keywords that are not launch options: say which are."""
+        compiler = ", ".join(self.compiler_kwargs) or "compiler options"
         raise TypeError(
-            f"unknown keyword argument(s) {', '.join(sorted(kw))} for a HostKernel call: its "
-            f"launch options are {', '.join(self.options)} (compiler options go to "
-            f"{self.lookup_name}, which looks the kernel up with them)"
+            f"unknown keyword argument(s) "
+            f"{unknown_keywords(kw, (*self.options, *self.compiler_kwargs))} for a HostKernel "
+            f"call: its launch options are {', '.join(self.options)} (compiler options, "
+            f"{compiler}, go to {self.lookup_name}, which looks the kernel up with them)"
+        )
+
+    def keyword_error(self, unknown: Iterable[str]) -> TypeError:
+        """The error for a launch given keywords ``unknown`` that are neither launch nor
+        compiler options: each named, with the nearest option when one is close, and both
+        lists (SPEC 8). A back-end's ``key`` may raise it too."""
+        compiler = self.compiler_help or (
+            f"compiler options are {', '.join(self.compiler_kwargs)}"
+            if self.compiler_kwargs
+            else "any other keyword is a compiler option"
+        )
+        names = unknown_keywords(unknown, (*self.options, *self.compiler_kwargs))
+        return TypeError(
+            f"unknown keyword argument(s) {names}: launch options are "
+            f"{', '.join(self.options)}; {compiler}"
+        )
+
+    def _call_error(
+        self, F: Any, nargs: int, given: tuple[Any, ...], kw: dict[str, Any]
+    ) -> TypeError | None:
+        """The error of what a miss checks first, before anything is typed or dispatched
+        (SPEC 8): every keyword is an option (when the compiler options are all known),
+        every required launch option was given, and some method of the kernel, in the
+        task's world, takes this many arguments (captured values counted); None when all
+        is well."""
+        if self.compiler_kwargs:
+            unknown = [k for k in kw if k not in self.compiler_kwargs]
+            if unknown:
+                return self.keyword_error(unknown)
+        for option, v in zip(self.options, given):
+            if v is REQUIRED:
+                return TypeError(
+                    f"launch of kernel {_name(F)} is missing the required launch option "
+                    f"{option}=: launch options are {', '.join(self.options)}"
+                )
+        return self._count_error(F, nargs, "launch")
+
+    def _count_error(self, F: Any, nargs: int, what: str) -> MethodError | None:
+        """A MethodError (a TypeError) that says so when no method of the kernel visible in
+        the task's world takes ``nargs`` arguments after ``F``'s captured values; else None."""
+        kernel = F if isinstance(F, Kernel) else F.kernel
+        ncaptured = len(_captured(F))
+        methods = kernel.methods()
+        counts = sorted({len(m.signature) for m in methods})
+        if not counts or ncaptured + nargs in counts:
+            return None
+        wanted = [c - ncaptured for c in counts if c >= ncaptured]
+        takes = " or ".join(map(str, wanted)) if wanted else "none"
+        listing = "; ".join(signature(kernel.name, m.signature) for m in methods)
+        captured = (
+            f" after its {ncaptured} captured value(s) (its methods count them)"
+            if ncaptured
+            else ""
+        )
+        return MethodError(
+            f"kernel {kernel.name} takes {takes} argument(s){captured}, but the {what} gave "
+            f"{nargs}: methods visible in world {_world.current()}: {listing}. Pass one "
+            f"argument per parameter, or define a method of {kernel.name} with "
+            f"{ncaptured + nargs} parameter(s)"
         )
 
     def function(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
@@ -779,6 +865,9 @@ class Launcher:
         self.definitions.own(F)
         self.check_fork()
         tt = self.tt_of(tt)
+        error = self._count_error(F, len(tt), f"{self.lookup_name}'s tt")
+        if error is not None:
+            raise error
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))
         self.check_fork()  # again: a compile hook of the lookup may have forked

@@ -697,7 +697,8 @@ class GenericFunction:
             listing = "; ".join(_sig_str(self.name, m.signature, names) for m in visible)
             raise MethodError(
                 f"no method of {self.name} matches {_sig_str(self.name, tt, names)} in world "
-                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}. Define "
+                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}."
+                f"{_declared_hint(self.name, tt, visible, names)} Define "
                 f"a method of {self.name} for these types (a def {self.name} with the same "
                 f"decorator, its parameters annotated {_annotations(tt)} or abstract types "
                 "above them), or convert the arguments to types a visible method takes"
@@ -851,6 +852,29 @@ def _weak_hint(tt: tuple[type, ...]) -> str:
         for t in kinds
     )
     return f" ({said})"
+
+
+def _declared_hint(
+    name: str, tt: tuple[type, ...], visible: Sequence[Method], names: Callable[[type], str]
+) -> str:
+    """How to make the argument a parameter wants, where every visible method with as many
+    parameters declares there one type whose class has a hint (``__argtype_hint__``, a
+    back-end's: ``pass pyopencl.LocalMemory(nbytes), ...``) and the argument is not of it."""
+    same = [m for m in visible if len(m.signature) == len(tt)]
+    out = []
+    for i, t in enumerate(tt):
+        declared = {m.signature[i] for m in same}
+        if len(declared) != 1:
+            continue
+        (d,) = declared
+        hint = getattr(d, "__argtype_hint__", None)
+        if hint and not is_subtype(t, d):
+            n = len(tt)
+            out.append(
+                f" Every method of {name} with {n} parameters takes a {names(d)} as argument "
+                f"{i}, given {names(t)} here: {hint}."
+            )
+    return "".join(out)
 
 
 def _more_specific(a: tuple[type, ...], b: tuple[type, ...]) -> bool:

@@ -426,7 +426,30 @@ def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
     if weak_range(t) is not None:
         info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(cast(Any, t))
     span = "" if info is None else f" ({info.min!s} to {info.max!s})"
-    return OverflowError(f"{value!r} does not fit {type_name(t)}{span}, the type of {where}")
+    return OverflowError(
+        f"{value!r} does not fit {type_name(t)}{span}, the type of {where}: {_wider_fix(value, t)}"
+    )
+
+
+#: the types a weak value out of a narrower one's range may take instead, narrowest first
+_WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
+
+
+def _wider_fix(value: Any, t: type) -> str:
+    """What to do about ``value`` out of ``t``'s range: declare the narrowest wider type of
+    its kind that holds it (and pass a numpy scalar of it to be explicit), else pass a value
+    in range."""
+    kind = issubclass(t, np.integer)
+    for w in _WIDER:
+        if issubclass(w, np.integer) != kind or np.dtype(w).itemsize < np.dtype(t).itemsize:
+            continue
+        bounds = weak_range(w)
+        if w is not t and (bounds is None or bounds[0] <= value <= bounds[1]):
+            return (
+                f"declare the parameter {type_name(w)} in the method (and the kernel source), "
+                f"which holds it, and pass {type_name(w)}({value!r}); or pass a value in range"
+            )
+    return "no wider type of its kind holds it: pass a value in range"
 
 
 def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:

@@ -826,8 +826,9 @@ def test_a_device_function_missing_from_callees_gets_a_hint_in_the_build_error(q
 def test_an_unknown_launch_keyword_names_the_launch_and_compiler_options(queue):
     with pytest.raises(
         TypeError,
-        match=r"unknown keyword argument\(s\) local: launch options are global_size, local_size, "
-        r"global_offset, wait_for, queue; the compiler option is options=",
+        match=r"unknown keyword argument\(s\) local \(did you mean local_size\?\): launch options "
+        r"are global_size, local_size, global_offset, wait_for, queue; the compiler option is "
+        r"options=",
     ):
         cl.launch(add_value, zeros(queue, 4), np.float32(1), global_size=4, local=2)
 

@@ -330,7 +330,9 @@ def test_out_of_range_weak_values_name_the_kernel_parameter_and_type_before_any_
     with pytest.raises(
         OverflowError,
         match=r"300 does not fit np\.int8 \(-128 to 127\), the type of parameter 1 \(v\) of "
-        r"kernel narrow\(Array\[np\.int32\], np\.int8, np\.float32\)$",
+        r"kernel narrow\(Array\[np\.int32\], np\.int8, np\.float32\): declare the parameter "
+        r"np\.int16 in the method \(and the kernel source\), which holds it, and pass "
+        r"np\.int16\(300\); or pass a value in range$",
     ):
         py.launch(narrow, x, 300, 1.0, size=4)
     py.launch(narrow, x, -128, 1.0, size=4)

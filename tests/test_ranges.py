@@ -27,9 +27,11 @@ def _raises(value, t, where):
     """The error of ``value`` for a parameter of type ``t`` (``where``), the whole message."""
     info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(t)
     message = (
-        f"{value!r} does not fit {type_name(t)} ({info.min!s} to {info.max!s}), the type of {where}"
+        f"{value!r} does not fit {type_name(t)} ({info.min!s} to {info.max!s}), the type of "
+        f"{where}: "
     )
-    return pytest.raises(OverflowError, match=f"^{re.escape(message)}$")
+    fix = r"(declare the parameter np\.\w+ in the method .*; or pass a value in range|no wider.*)"
+    return pytest.raises(OverflowError, match=f"^{re.escape(message)}{fix}$")
 
 
 # -- the core's helper ----------------------------------------------------------------------
@@ -70,8 +72,14 @@ def test_the_range_and_the_description_of_a_parameter():
     unnamed = types.SimpleNamespace(name="k", tt=(np.int8,))  # a linked kernel without params
     assert describe_parameter(unnamed, 0) == "parameter 0 of kernel k(np.int8)"
     assert str(weak_overflow(1e39, np.float32, "x")) == (
-        "1e+39 does not fit np.float32 (-3.4028235e+38 to 3.4028235e+38), the type of x"
+        "1e+39 does not fit np.float32 (-3.4028235e+38 to 3.4028235e+38), the type of x: "
+        "declare the parameter np.float64 in the method (and the kernel source), which holds "
+        "it, and pass np.float64(1e+39); or pass a value in range"
     )
+    assert str(weak_overflow(2**64, np.uint64, "x")).endswith(
+        "the type of x: no wider type of its kind holds it: pass a value in range"
+    )
+    assert "declare the parameter np.int16 " in str(weak_overflow(-1, np.uint16, "x"))
 
 
 # -- each back-end --------------------------------------------------------------------------

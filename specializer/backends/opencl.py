@@ -57,7 +57,7 @@ import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
 from .. import includes, launching
-from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob
+from ..compiler import Backend, CompileError, CompilerConfig, CompilerJob, users_error
 from ..kernels import (
     SCALAR_TYPES,
     Definitions,
@@ -68,6 +68,7 @@ from ..kernels import (
     unsupported_argument,
 )
 from ..locks import new_lock
+from ..suggest import decorator_keywords
 from ..types import (
     WEAK,
     DeviceArray,
@@ -129,24 +130,32 @@ class Buffer(_ArgType):
     """The argument type of a raw ``pyopencl.Buffer``: a ``__global``/``__constant`` pointer."""
 
     __argtype_name__ = "Buffer"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass a pyopencl.Buffer (an array's is its .data)"
 
 
 class LocalMemory(_ArgType):
     """The argument type of ``pyopencl.LocalMemory(nbytes)``: a ``__local T *`` parameter."""
 
     __argtype_name__ = "LocalMemory"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass pyopencl.LocalMemory(nbytes), nbytes the bytes each work group gets"
 
 
 class Image(_ArgType):
     """The argument type of a ``pyopencl.Image``: an ``image2d_t``/``image3d_t``/... parameter."""
 
     __argtype_name__ = "Image"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass a pyopencl.Image"
 
 
 class Sampler(_ArgType):
     """The argument type of a ``pyopencl.Sampler``: a ``sampler_t`` parameter."""
 
     __argtype_name__ = "Sampler"
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__ = "pass a pyopencl.Sampler"
 
 
 _ACCEPTED = (
@@ -590,7 +599,7 @@ def _failed(
         try:
             _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it
         except ValueError as e:
-            return e
+            return _size_error(linked, e)
     if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
         g, ls, _ = _sizes(global_size, local_size, None)
         try:
@@ -1071,11 +1080,13 @@ def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str =
                 theirs += f" (OpenCL C {_c_type(t)[0]})"
             except TypeError:  # a type OpenCL C does not spell
                 pass
-        raise TypeError(
-            f"kernel {launching.signature(job.name, job.mi.tt)}: parameter {i}"
-            f"{f' ({pname})' if pname else ''} is declared {declared!r} in the kernel source, "
-            f"but the method's signature gives it {theirs}: {why}. Make the annotation match "
-            "the C declaration (or the declaration the annotation); nothing was launched"
+        raise users_error(
+            TypeError(
+                f"kernel {launching.signature(job.name, job.mi.tt)}: parameter {i}"
+                f"{f' ({pname})' if pname else ''} is declared {declared!r} in the kernel source, "
+                f"but the method's signature gives it {theirs}: {why}. Make the annotation match "
+                "the C declaration (or the declaration the annotation); nothing was launched"
+            )
         )
 
 
@@ -1094,17 +1105,17 @@ def _config(options: tuple[str, ...]) -> CompilerConfig:
 LAUNCH_OPTIONS = ("global_size", "local_size", "global_offset", "wait_for", "queue")
 #: compiler keyword arguments
 COMPILER_KWARGS = ("options",)
+#: how an unknown keyword's message names them
+_COMPILER_HELP = (
+    "the compiler option is options=(build options, ...), e.g. options=('-cl-fast-relaxed-math',)"
+)
 
 
 def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
     """The build options from compiler keyword arguments (only ``options`` is one)."""
     unknown = sorted(set(compiler_kwargs) - set(COMPILER_KWARGS))
     if unknown:
-        raise TypeError(
-            f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
-            f"{', '.join(LAUNCH_OPTIONS)}; the compiler option is options=(build options, ...), "
-            "e.g. options=('-cl-fast-relaxed-math',)"
-        )
+        raise _launcher.keyword_error(unknown)
     options = compiler_kwargs["options"]
     if isinstance(options, str):  # split by shell rules, as pyopencl's build splits a str
         try:
@@ -1256,21 +1267,35 @@ def _forget(ck: _ContextKey) -> None:
 _SIZE_MAX = int(np.iinfo(np.uintp).max)  # the host's size_t, which pyopencl converts to
 
 
+def _not_ints(what: str, v: Any, d: Any) -> TypeError:
+    fix = f": pass {what}={int(d)}" if isinstance(d, float) and d.is_integer() else ""
+    return TypeError(
+        f"{what} is an int or a tuple of 1 to 3 ints (Python or numpy integers), got {v!r}{fix}"
+    )
+
+
 def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
+    if v is launching.REQUIRED:  # (a HostKernel call, or a launch that hit its front entry)
+        raise TypeError(f"{what} is a required launch option: an int or a tuple of 1 to 3 ints")
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         v = (v,)
     elif not isinstance(v, (tuple, list)):
-        raise TypeError(f"{what} is an int or a tuple of 1 to 3 ints, got {v!r}")
+        raise _not_ints(what, v, v)
     if not 1 <= len(v) <= 3:
         raise ValueError(f"{what} has {len(v)} dimensions, got {v!r}: OpenCL takes 1 to 3")
     out = []
     for d in v:
         if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)):
-            raise TypeError(f"{what} is an int or a tuple of 1 to 3 ints, got {v!r}")
+            raise _not_ints(what, v, d)
         if d < least:
             raise ValueError(
                 f"{what} must be {'positive' if least else 'non-negative'} in every dimension, "
-                f"got {tuple(v)!r}"
+                f"got {tuple(v)!r}: "
+                + (
+                    "a work size counts work-items, at least 1 (with no work, skip the launch)"
+                    if least
+                    else "an offset counts work-items, from 0"
+                )
             )
         if d > _SIZE_MAX:
             raise ValueError(
@@ -1294,6 +1319,15 @@ def _sizes(global_size: Any, local_size: Any, global_offset: Any) -> tuple[Any, 
     if ls is not None and any(x > y for x, y in zip(ls, g)):
         raise ValueError(f"local_size {ls!r} is larger than global_size {g!r}")
     return g, ls, go
+
+
+def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
+    """A work size's error (from :func:`_sizes`) naming the kernel, which the launch raises
+    from its own frame; None for another error (raised as it is)."""
+    named = f"kernel {launching.signature(linked.name, linked.tt)}: {error}"
+    if type(error) is TypeError:
+        return TypeError(named)
+    return ValueError(named) if type(error) is ValueError else None
 
 
 def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
@@ -1334,6 +1368,7 @@ def kernel(
     *,
     callees: Iterable[Any] = (),
     localns: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Any:
     """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
 
@@ -1358,6 +1393,8 @@ def kernel(
     (:func:`ctype` spells a type). ``callees`` names the device functions it calls;
     ``localns=locals()`` lets string annotations name the defining function's locals.
     """
+    if unknown:  # (a misspelling: named, with the keywords it takes)
+        raise decorator_keywords("@opencl.kernel", unknown)
     return _definitions.kernel(fn, callees=callees, localns=localns)
 
 
@@ -1380,6 +1417,7 @@ def device(
     *,
     callees: Iterable[Any] = (),
     localns: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Any:
     """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
 
@@ -1387,6 +1425,8 @@ def device(
     kernels listing it in ``callees=`` call. Running its ``def`` again raises the world and
     recompiles exactly the kernels that call it.
     """
+    if unknown:  # (a misspelling: named, with the keywords it takes)
+        raise decorator_keywords("@opencl.device", unknown)
     return _definitions.device(fn, callees=callees, localns=localns)
 
 
@@ -1431,6 +1471,7 @@ class _OpenCLLauncher(launching.Launcher):
     options = LAUNCH_OPTIONS
     defaults = ("required", "none", "none", "none", "none")
     lifted = compiler_kwargs = COMPILER_KWARGS
+    compiler_help = _COMPILER_HELP
     where_name = "queue"
     where_attr = _TABLE
     front_attr = "_opencl_front"
@@ -1482,6 +1523,7 @@ class _OpenCLLauncher(launching.Launcher):
             "_DEFAULT": _DEFAULT,
             "_enqueue": cl.enqueue_nd_range_kernel,
             "_sizes": _sizes,
+            "_size_error": _size_error,
             "_same_context": _same_context,
             "_bad_array": _bad_array,
             "_failed": _failed,

@@ -27,6 +27,7 @@ from ...kernels import (
     uncached_lookup,
     unsupported_argument,
 )
+from ...suggest import decorator_keywords
 from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
 from . import _compiler, _driver, _params
 from . import _types as _types
@@ -100,6 +101,7 @@ def kernel(
     *,
     callees: Iterable[Any] = (),
     localns: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Any:
     """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
 
@@ -124,6 +126,8 @@ def kernel(
     (a template instance, in-memory headers). ``callees`` names the device functions it
     calls; ``localns=locals()`` lets string annotations name the defining function's locals.
     """
+    if unknown:  # (a misspelling: named, with the keywords it takes)
+        raise decorator_keywords("@cuda.kernel", unknown)
     return _definitions.kernel(fn, callees=callees, localns=localns)
 
 
@@ -146,6 +150,7 @@ def device(
     *,
     callees: Iterable[Any] = (),
     localns: dict[str, Any] | None = None,
+    **unknown: Any,
 ) -> Any:
     """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
 
@@ -153,6 +158,8 @@ def device(
     functions that kernels listing it in ``callees=`` call. Running its ``def`` again raises
     the world and recompiles exactly the kernels that call it.
     """
+    if unknown:  # (a misspelling: named, with the keywords it takes)
+        raise decorator_keywords("@cuda.device", unknown)
     return _definitions.device(fn, callees=callees, localns=localns)
 
 
@@ -170,10 +177,7 @@ def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
     ones refused, naming every option."""
     unknown = sorted(set(kwargs) - set(COMPILER_KWARGS))
     if unknown:
-        raise TypeError(
-            f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
-            f"{', '.join(LAUNCH_OPTIONS)}; compiler options are {', '.join(COMPILER_KWARGS)}"
-        )
+        raise _launcher.keyword_error(unknown)
     return tuple(sorted((k, _frozen(v)) for k, v in kwargs.items()))
 
 
@@ -258,6 +262,7 @@ class _CUDALauncher(launching.Launcher):
     template = "cuda_entry.py.j2"
     options = LAUNCH_OPTIONS
     defaults = ("required", "required", "none", "zero", "false")
+    compiler_kwargs = tuple(COMPILER_KWARGS)
     front_attr = "_cuda_front"
     V = LinkedKernel
     host_class = HostKernel

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ...launching import REQUIRED
 from ...locks import new_lock
 from ...types import Struct, describe_parameter, weak_overflow, weak_range
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
@@ -116,6 +117,8 @@ def field_ctype(t: type) -> type:
 
 def dim3(x: Any, what: str) -> tuple[int, int, int]:
     """A launch's ``grid=`` or ``block=`` as three positive ints."""
+    if x is REQUIRED:  # (a HostKernel call, or a launch that hit its front entry)
+        raise TypeError(f"{what}= is a required launch option: a positive int or a tuple of 1 to 3")
     try:
         if isinstance(x, bool):
             raise TypeError

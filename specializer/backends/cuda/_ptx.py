@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 
+from ...compiler import users_error
 from ...types import Struct, type_name
 from ._array import Array
 from ._cxx import mangled_parameters
@@ -70,11 +71,13 @@ def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) 
     if params is None:
         return
     if len(params) != len(tt):
-        raise TypeError(
-            f"kernel {kernel} takes {len(params)} parameter(s) (its PTX .entry {lowered}), "
-            f"its method was looked up for {len(tt)} argument(s) "
-            f"({', '.join(type_name(t) for t in tt)}): launch it with one argument per "
-            f"parameter (captured values first)"
+        raise users_error(
+            TypeError(
+                f"kernel {kernel} takes {len(params)} parameter(s) (its PTX .entry {lowered}), "
+                f"its method was looked up for {len(tt)} argument(s) "
+                f"({', '.join(type_name(t) for t in tt)}): launch it with one argument per "
+                f"parameter (captured values first)"
+            )
         )
     _check_sizes(kernel, params, tt)
     _check_pointees(kernel, lowered, tt)
@@ -89,11 +92,13 @@ def _check_sizes(kernel: str, params: list[tuple[str, int, str]], tt: tuple[type
         akind, asize = arg
         same_kind = kind == akind or "bytes" in (kind, akind) or {kind, akind} == {"i", "ptr"}
         if size != asize or not same_kind:
-            raise TypeError(
-                f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
-                f"a {type_name(t)} ({asize}-byte {_KIND_NAMES[akind]}), but the kernel's "
-                f"parameter {i} is a {size}-byte {_KIND_NAMES[kind]} (PTX {ptx_type}): pass a "
-                f"value of the parameter's C type, or declare the method's parameter as it"
+            raise users_error(
+                TypeError(
+                    f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
+                    f"a {type_name(t)} ({asize}-byte {_KIND_NAMES[akind]}), but the kernel's "
+                    f"parameter {i} is a {size}-byte {_KIND_NAMES[kind]} (PTX {ptx_type}): pass a "
+                    f"value of the parameter's C type, or declare the method's parameter as it"
+                )
             )
 
 
@@ -109,12 +114,14 @@ def _check_pointees(kernel: str, lowered: str, tt: tuple[type, ...]) -> None:
         theirs = None if dtype is None else _array_element(dtype)
         pointee = _pointee(spelled)
         if theirs and pointee and theirs != pointee:
-            raise TypeError(
-                f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
-                f"a {type_name(t)} (elements: {theirs[1]}-byte {theirs[0]}), but the kernel's "
-                f"parameter {i} is a {spelled} (elements: {pointee[1]}-byte {pointee[0]}; its "
-                f"entry {lowered}): pass an array of the parameter's element type, or declare "
-                "the method's parameter as it"
+            raise users_error(
+                TypeError(
+                    f"argument {i} of kernel {kernel} (counting from 0, captured values first) is "
+                    f"a {type_name(t)} (elements: {theirs[1]}-byte {theirs[0]}), but the kernel's "
+                    f"parameter {i} is a {spelled} (elements: {pointee[1]}-byte {pointee[0]}; its "
+                    f"entry {lowered}): pass an array of the parameter's element type, or declare "
+                    "the method's parameter as it"
+                )
             )
 
 
