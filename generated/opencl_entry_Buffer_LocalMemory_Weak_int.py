@@ -63,7 +63,7 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
 
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
-                queue = _DEFAULT[0]
+                queue = _default_queue[0]
             if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options:
                 miss_, other_, _ = _cold
                 if queue is not _where:  # the kernel's entry for that where, if it has one
@@ -186,7 +186,7 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         # What the `where` block gives for these launch options: a miss checks that a
         # front entry published for them would recognize them (Launcher._publish).
         if queue is None:
-            queue = _DEFAULT[0]
+            queue = _default_queue[0]
         return queue
 
     return run, front, host, where_of

@@ -305,7 +305,7 @@ class PyLauncher(Launcher):
         guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
         kinds = []
         namespace: dict[str, Any] = {
-            "_DEFAULT": self.default,
+            "_default_context": self.default,
             "_size": _size,
             "_wrong_context": _wrong_context,
         }

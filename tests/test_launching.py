@@ -236,7 +236,9 @@ def _launcher_with(
 def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp_path):
     # Such a back-end would run, but every launch would take the slow path.
     with pytest.raises(TypeError) as e:
-        _launcher_with(tmp_path, "        if context is None:\n            context = _DEFAULT[0]\n")
+        _launcher_with(
+            tmp_path, "        if context is None:\n            context = _default_context[0]\n"
+        )
     assert str(e.value) == (
         "back-end 'bad' (test_launching._launcher_with.<locals>.BadLauncher): the `where` block "
         "of template 'bad_entry.py.j2' assigns nothing to 'where' (Launcher.where_name), which "
@@ -245,7 +247,7 @@ def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp
         "its default when None>`"
     )
     # The same block assigning it makes a working back-end.
-    launcher = _launcher_with(tmp_path, "        where = context or _DEFAULT[0]\n")
+    launcher = _launcher_with(tmp_path, "        where = context or _default_context[0]\n")
     assert launcher.where_name == "where"
 
 

@@ -525,15 +525,15 @@ def _one_frame(fn, g):
     and then its `launch` block, with the generated code's own globals. It stands for any
     design in which a launch is one Python frame; the library's `launch` is two (`launch`
     finds the kernel's front entry and calls it)."""
-    _TASK, _DEFAULT, _size, _C0, _D0, _C1 = (
-        g[name] for name in ("_TASK", "_DEFAULT", "_size", "_C0", "_D0", "_C1")
+    _TASK, _default_context, _size, _C0, _D0, _C1 = (
+        g[name] for name in ("_TASK", "_default_context", "_size", "_C0", "_D0", "_C1")
     )
-    _w, _where, _kw = _TASK()[0], _DEFAULT[0], {}
+    _w, _where, _kw = _TASK()[0], _default_context[0], {}
     assert _w is not None, "measured outside the latest world"
 
     def launch(f, /, *args, size, context=None, **kw):
         if context is None:
-            context = _DEFAULT[0]
+            context = _default_context[0]
         where = context
         if _w != _TASK()[0] or where is not _where or ((kw or _kw) and kw != _kw):
             raise AssertionError("the one-frame launch would miss")

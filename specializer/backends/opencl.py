@@ -1131,7 +1131,7 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
 
 # -- queues and contexts ------------------------------------------------------------------
 
-_DEFAULT: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
+_default_queue: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
 _default_lock = new_lock(reentrant=False)
 
 
@@ -1161,12 +1161,12 @@ def default_queue() -> cl.CommandQueue:
     else a queue on PoCL's CPU device (created on first use, then kept). In a fork of a
     process that used the device, the fork error (see :func:`launch`)."""
     _launcher.check_fork()  # using a queue is using the device
-    queue = _DEFAULT[0]
+    queue = _default_queue[0]
     if queue is None:
         with _default_lock():
-            queue = _DEFAULT[0]
+            queue = _default_queue[0]
             if queue is None:
-                queue = _DEFAULT[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
+                queue = _default_queue[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
     return queue
 
 
@@ -1177,7 +1177,7 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
     if queue is not None:
         _launcher.check_fork()  # a queue of the user's is a device in use
     with _default_lock():
-        _DEFAULT[0] = queue
+        _default_queue[0] = queue
 
 
 class _ContextKey:
@@ -1520,7 +1520,7 @@ class _OpenCLLauncher(launching.Launcher):
         self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
     ) -> tuple[list[str], list[str], dict[str, Any]]:
         namespace: dict[str, Any] = {
-            "_DEFAULT": _DEFAULT,
+            "_default_queue": _default_queue,
             "_enqueue": cl.enqueue_nd_range_kernel,
             "_sizes": _sizes,
             "_size_error": _size_error,
