@@ -15,12 +15,14 @@ dispatch would pick ends that code's validity before the new world is published.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
 
 from . import world as _world
+from .backedges import Backedge, _check_edge, _ending, _open_edges
+from .backedges import _on_invalidate as _on_invalidate
+from .backedges import register_backedges as register_backedges
 from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
 from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
 
@@ -184,14 +186,6 @@ class MethodInstance:
         return f"<MethodInstance {_sig_str(self.method.gf.name, self.tt)} of {self.method!r}>"
 
 
-class Backedge(Protocol):
-    """What code compiled against a dispatch registers (see :func:`register_backedges`):
-    an object hashed by identity whose ``max_world`` a definition lowers to end its
-    validity. (Set as an attribute, with the world lock held, never by a call.)"""
-
-    max_world: int
-
-
 _GF = TypeVar("_GF", bound="GenericFunction")
 
 
@@ -211,36 +205,6 @@ class _Dispatch:
 
 #: How many world ranges the dispatch cache keeps per signature (the newest ones).
 DISPATCH_DEPTH = 4
-
-#: Told, with the world lock held, of the edges a definition is about to end, before it ends
-#: them (the compiled-code cache records them for its sweep), and again after the new world
-#: is published (it sweeps).
-_on_invalidate: list[Callable[[list[Any], bool], None]] = []
-
-
-def register_backedges(
-    edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
-) -> None:
-    """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``: a definition that makes
-    ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity (sets
-    its ``max_world``). Call with the world lock held, before the code ``edge`` stands for is
-    published (an edge without its code is harmless; code without its edge would be wrong).
-
-    A table holds its edges weakly: whoever owns the dependent code keeps it (the
-    compiled-code cache keeps it in the method instance, so in the kernel), and a callee
-    never keeps its callers' code or kernels alive. An entry whose edge is gone is dropped
-    by the next definition that looks at it, or when its table has doubled since (no
-    callback: a callback runs wherever its edge dies, where an interrupt would be lost)."""
-    for gf, tt, method in deps:
-        table = gf._edges.get(tt)
-        if table is None:
-            table = gf._edges.setdefault(tt, {})
-        table[weakref.ref(edge)] = method
-        n = len(table)
-        if n >= 8 and not n & (n - 1):  # a power of two: amortized constant time
-            for ref in table.copy():
-                if ref() is None:
-                    table.pop(ref, None)
 
 
 def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> None:
@@ -467,18 +431,7 @@ class GenericFunction:
             ):
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
-        ended: list[Any] = []
-        done: list[tuple[dict[Any, Method], Any]] = []  # entries to drop once it is whole
-        for tt, table in self._edges.items():  # (changed under the world lock only)
-            if table and changed.applies_weak(tt):
-                now = self._select_or_none(tt, live)
-                for ref, m in table.items():
-                    edge = ref()
-                    if edge is None or edge.max_world <= latest:  # gone, or closed before
-                        done.append((table, ref))
-                    elif m is not now:
-                        ended.append(edge)
-                        done.append((table, ref))
+        ended, done = _ending(self, changed, live, latest)
         undo = partial(_undo, self, old, [(m, m.max_world) for m in (*closed, *ended)])
         new_world = _world.begin_definition(undo)
         for listener in _on_invalidate:
@@ -700,27 +653,13 @@ class GenericFunction:
         _check_tt(self.name, tt)
         if not isinstance(method, Method):
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
-        if not isinstance(getattr(edge, "max_world", None), int):
-            raise TypeError(f"edge has an int max_world (its validity's end), got {edge!r}")
-        try:
-            weakref.ref(edge)
-        except TypeError:
-            raise TypeError(
-                f"edge is held weakly (its owner keeps it), so it must take weak references: "
-                f"got a {type(edge).__name__}, which does not"
-            ) from None
+        _check_edge(edge)
         with _world.lock():
             register_backedges(edge, [(self, tt, method)])
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges that are still open: (tt, expected method, edge)."""
-        found = []
-        for tt, table in self._edges.copy().items():
-            for ref, m in table.copy().items():
-                edge = ref()
-                if edge is not None and edge.max_world >= _world.WORLD_MAX:
-                    found.append((tt, m, edge))
-        return found
+        return _open_edges(self._edges)
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
