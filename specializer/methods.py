@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import world as _world
 from .backedges import Backedge, _check_edge, _ending, _open_edges
 from .backedges import _on_invalidate as _on_invalidate
 from .backedges import register_backedges as register_backedges
+from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
+from .method_table import _newest_first, _Table, _undo
+from .method_table import _version as _version
 from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
 from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
 
@@ -201,73 +204,6 @@ class _Dispatch:
 
     def __repr__(self) -> str:
         return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
-
-
-#: How many world ranges the dispatch cache keeps per signature (the newest ones).
-DISPATCH_DEPTH = 4
-
-
-def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> None:
-    """Undo a definition that an interrupt stopped before its world was published."""
-    gf._table = table
-    for m, max_world in ranges:
-        m.max_world = max_world
-
-
-def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
-    """Along the chain of one signature from its newest method ``head`` (``Method.prior``,
-    ``min_world`` falling): the newest method defined by ``world`` (None: none was yet),
-    and the one defined after it (None: it is ``head``). O(log n) steps for a chain of n:
-    a jump pointer is taken whenever it still lands after ``world``."""
-    if head.min_world <= world:
-        return head, None
-    n = head  # always defined after world
-    while True:
-        p = n.prior
-        if p is None or p.min_world <= world:
-            return p, n
-        j = n.jump
-        n = j if j.min_world > world else p
-
-
-def _min_world(m: Method) -> int:
-    return m.min_world
-
-
-class _Table(NamedTuple):
-    """A generic function's methods as one value, replaced whole by each definition: what
-    it holds is the live methods and the dispatch memo, never the history, so publishing a
-    definition costs what it changes, whatever was defined before."""
-
-    #: the methods visible in every world from ``since`` on (the newest of each signature),
-    #: each the head of its signature's chain of replaced methods (``Method.prior``), through
-    #: which an older world dispatches
-    live: tuple[Method, ...]
-    since: int
-    #: tt -> cached dispatches, newest first: a memo of this table, filled under the world
-    #: lock with dispatches computed from it; a new table starts a new one
-    dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
-    #: the heads of the chains whose newest method was deleted (``delete_method``): each
-    #: closed (its ``max_world`` before ``since``), kept for the older worlds that still see
-    #: it; a later method of its signature continues its chain (and takes it off this list)
-    deleted: tuple[Method, ...] = ()
-
-    @property
-    def heads(self) -> tuple[Method, ...]:
-        """The head of every chain: the live methods, then the deleted ones."""
-        return (*self.live, *self.deleted) if self.deleted else self.live
-
-    @property
-    def history(self) -> tuple[Method, ...]:
-        """Every method in the table, replaced and deleted ones included, in order of
-        definition (reflection and tests: it walks every chain)."""
-        found = []
-        for m in self.heads:
-            chain: Method | None = m
-            while chain is not None:
-                found.append(chain)
-                chain = chain.prior
-        return tuple(sorted(found, key=_min_world))
 
 
 class GenericFunction:
@@ -502,22 +438,10 @@ class GenericFunction:
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
         w = _world.current() if world is None else _as_world(self.name, world)
-        return list(self._visible(w))
-
-    def _visible(self, world: int) -> Sequence[Method]:
-        t = self._table
-        if world >= t.since:
-            return t.live
-        found = []
-        for head in t.heads:
-            m = _version(head, world)[0]
-            if m is not None and world <= m.max_world:
-                found.append(m)
-        found.sort(key=_min_world)  # in order of definition, as the live ones are
-        return found
+        return list(self._table.visible(w))
 
     def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
-        return self._select(tt, self._visible(world), world)
+        return self._select(tt, self._table.visible(world), world)
 
     def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
         try:
@@ -571,37 +495,6 @@ class GenericFunction:
             + ("" if _has_weak(tt) else f" (one annotated {_annotations(tt)} is)")
         )
 
-    def _range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
-        """The worlds around ``world`` in which the methods that could take ``tt`` (and so
-        its dispatch) are the same as in ``world``."""
-        t = self._table
-        live, since = t.live, t.since
-        if world >= since:
-            # Every live method is visible from ``since`` on; a replaced method's range
-            # ends where its (live, equally applicable) replacement's begins, and a deleted
-            # one's dispatch ends after its range.
-            lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
-            for d in t.deleted:
-                if d.applies_weak(tt):
-                    lo = max(lo, d.max_world + 1)
-            return lo, _world.WORLD_MAX
-        # An older world: each signature's method of that world, and the one after it
-        # (a chain holds one signature, so ``applies_weak`` is asked of its head only).
-        lo, hi = 1, _world.WORLD_MAX
-        for head in t.heads:
-            if not head.applies_weak(tt):
-                continue
-            m, after = _version(head, world)
-            if after is not None:
-                hi = min(hi, after.min_world - 1)
-            if m is None:
-                continue
-            if m.max_world < world:
-                lo = max(lo, m.max_world + 1)
-            else:
-                lo, hi = max(lo, m.min_world), min(hi, m.max_world)
-        return lo, hi
-
     def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
         """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``
         (with each weak type in it replaced by the concrete type it takes)."""
@@ -639,7 +532,7 @@ class GenericFunction:
         m = self._dispatch(tt, w)
         mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
         if w <= _world.latest():
-            lo, hi = self._range(tt, w)
+            lo, hi = self._table.dispatch_range(tt, w)
             kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
             memo[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
         return mi
@@ -668,10 +561,6 @@ class GenericFunction:
             return self.methodinstance(tt, world).method
         except MethodError:
             return None
-
-
-def _newest_first(e: _Dispatch) -> int:
-    return -e.min_world
 
 
 def _annotations(tt: tuple[type, ...]) -> str:
