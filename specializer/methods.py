@@ -15,22 +15,19 @@ dispatch would pick ends that code's validity before the new world is published.
 
 from __future__ import annotations
 
-import inspect
-import operator
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeGuard, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import world as _world
-from .types import (
-    WeakScalar,
-    argument_type,
-    is_subtype,
-    public_module,
-    resolve_weak,
-    type_name,
-)
+from .backedges import Backedge, _check_edge, _ending, _open_edges
+from .backedges import _on_invalidate as _on_invalidate
+from .backedges import register_backedges as register_backedges
+from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
+from .method_table import _newest_first, _Table, _undo
+from .method_table import _version as _version
+from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
+from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
 
 if TYPE_CHECKING:
     from .compiler import CodeInstance
@@ -51,23 +48,6 @@ class MethodError(TypeError):
 
 class AmbiguityError(MethodError):
     """Two or more applicable methods are equally specific."""
-
-
-_WEAK_META = type(WeakScalar)
-
-
-def _is_weak(t: object) -> TypeGuard[type[WeakScalar]]:
-    """Whether ``t`` is a weak scalar type (``Weak[int]``, ``Weak[float]``, ``Weak[bool]``)."""
-    return type(t) is _WEAK_META and t is not WeakScalar
-
-
-def _has_weak(tt: tuple[type, ...]) -> bool:
-    return any(type(t) is _WEAK_META for t in tt)
-
-
-def _defaults(tt: tuple[type, ...]) -> tuple[type, ...]:
-    """``tt`` with each weak type taken as its default (``np.int64``, ...)."""
-    return tuple(t.default if _is_weak(t) else t for t in tt)
 
 
 def _tname(t: type) -> str:
@@ -209,86 +189,6 @@ class MethodInstance:
         return f"<MethodInstance {_sig_str(self.method.gf.name, self.tt)} of {self.method!r}>"
 
 
-class Backedge(Protocol):
-    """What code compiled against a dispatch registers (see :func:`register_backedges`):
-    an object hashed by identity whose ``max_world`` a definition lowers to end its
-    validity. (Set as an attribute, with the world lock held, never by a call.)"""
-
-    max_world: int
-
-
-def signature_of(fn: Callable[..., Any], localns: dict[str, Any] | None = None) -> tuple[type, ...]:
-    """The signature of ``fn`` from its parameters' annotations (all must be types).
-
-    String annotations (``from __future__ import annotations``) are evaluated in ``fn``'s
-    module, with ``localns`` (the names of the scope defining ``fn``, ``locals()``) first."""
-    name = getattr(fn, "__qualname__", repr(fn))
-    try:
-        params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"cannot read the signature of {name}: {e}") from None
-    if localns is not None and not isinstance(localns, dict):
-        raise TypeError(
-            f"localns (the names string annotations of {name} may use) is a dict such as "
-            f"locals(), got {localns!r}"
-        )
-    try:
-        hints = inspect.get_annotations(fn, eval_str=True, locals=localns)
-    except NameError as e:
-        raise TypeError(
-            f"cannot evaluate the annotations of {name}: {e}. Under 'from __future__ import "
-            "annotations' an annotation is evaluated in the module, not in the function that "
-            "defines the method: define the type at module level, or pass that function's "
-            "names to the decorator (@kernel(localns=locals()), @gf.method(localns=locals()))"
-        ) from None
-    except Exception as e:
-        raise TypeError(f"cannot evaluate the annotations of {name}: {e}") from None
-    sig = []
-    for p in params:
-        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
-            raise TypeError(
-                f"parameter {p.name!r} of {name} is {p.kind.description}: a method takes plain "
-                "positional parameters, each annotated with a type"
-            )
-        if p.name not in hints:
-            raise TypeError(
-                f"parameter {p.name!r} of {name} has no annotation: annotate it with the type "
-                "it dispatches on (for example np.float32 or Array[np.floating])"
-            )
-        t = argument_type(hints[p.name])  # Annotated[Struct, dtype] is Struct[dtype], ...
-        if not isinstance(t, type):
-            raise TypeError(
-                f"parameter {p.name!r} of {name} is annotated with {t!r}, which is not a type"
-            )
-        sig.append(t)
-    return tuple(sig)
-
-
-def _check_tt(name: str, tt: object, param: str = "tt") -> tuple[type, ...]:
-    if not isinstance(tt, tuple):
-        raise TypeError(f"{param} (the argument types of {name}) is a tuple of types, got {tt!r}")
-    for t in tt:
-        if not isinstance(t, type):
-            raise TypeError(
-                f"cannot dispatch {name} on {t!r}: {param} (the argument types) must be types "
-                f"(got a {type(t).__name__} in {tt!r})"
-            )
-    return tt
-
-
-def _as_world(name: str, world: Any) -> int:
-    """``world`` as a world number (an integer, not a bool); a ``TypeError`` naming it if not."""
-    if not isinstance(world, bool):
-        try:
-            return operator.index(world)
-        except TypeError:
-            pass
-    raise TypeError(
-        f"world (the world to dispatch {name} in) is an int from specializer.current() or "
-        f"None for the task's world, got {world!r}"
-    )
-
-
 _GF = TypeVar("_GF", bound="GenericFunction")
 
 
@@ -304,103 +204,6 @@ class _Dispatch:
 
     def __repr__(self) -> str:
         return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
-
-
-#: How many world ranges the dispatch cache keeps per signature (the newest ones).
-DISPATCH_DEPTH = 4
-
-#: Told, with the world lock held, of the edges a definition is about to end, before it ends
-#: them (the compiled-code cache records them for its sweep), and again after the new world
-#: is published (it sweeps).
-_on_invalidate: list[Callable[[list[Any], bool], None]] = []
-
-
-def register_backedges(
-    edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
-) -> None:
-    """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``: a definition that makes
-    ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity (sets
-    its ``max_world``). Call with the world lock held, before the code ``edge`` stands for is
-    published (an edge without its code is harmless; code without its edge would be wrong).
-
-    A table holds its edges weakly: whoever owns the dependent code keeps it (the
-    compiled-code cache keeps it in the method instance, so in the kernel), and a callee
-    never keeps its callers' code or kernels alive. An entry whose edge is gone is dropped
-    by the next definition that looks at it, or when its table has doubled since (no
-    callback: a callback runs wherever its edge dies, where an interrupt would be lost)."""
-    for gf, tt, method in deps:
-        table = gf._edges.get(tt)
-        if table is None:
-            table = gf._edges.setdefault(tt, {})
-        table[weakref.ref(edge)] = method
-        n = len(table)
-        if n >= 8 and not n & (n - 1):  # a power of two: amortized constant time
-            for ref in table.copy():
-                if ref() is None:
-                    table.pop(ref, None)
-
-
-def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> None:
-    """Undo a definition that an interrupt stopped before its world was published."""
-    gf._table = table
-    for m, max_world in ranges:
-        m.max_world = max_world
-
-
-def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
-    """Along the chain of one signature from its newest method ``head`` (``Method.prior``,
-    ``min_world`` falling): the newest method defined by ``world`` (None: none was yet),
-    and the one defined after it (None: it is ``head``). O(log n) steps for a chain of n:
-    a jump pointer is taken whenever it still lands after ``world``."""
-    if head.min_world <= world:
-        return head, None
-    n = head  # always defined after world
-    while True:
-        p = n.prior
-        if p is None or p.min_world <= world:
-            return p, n
-        j = n.jump
-        n = j if j.min_world > world else p
-
-
-def _min_world(m: Method) -> int:
-    return m.min_world
-
-
-class _Table(NamedTuple):
-    """A generic function's methods as one value, replaced whole by each definition: what
-    it holds is the live methods and the dispatch memo, never the history, so publishing a
-    definition costs what it changes, whatever was defined before."""
-
-    #: the methods visible in every world from ``since`` on (the newest of each signature),
-    #: each the head of its signature's chain of replaced methods (``Method.prior``), through
-    #: which an older world dispatches
-    live: tuple[Method, ...]
-    since: int
-    #: tt -> cached dispatches, newest first: a memo of this table, filled under the world
-    #: lock with dispatches computed from it; a new table starts a new one
-    dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
-    #: the heads of the chains whose newest method was deleted (``delete_method``): each
-    #: closed (its ``max_world`` before ``since``), kept for the older worlds that still see
-    #: it; a later method of its signature continues its chain (and takes it off this list)
-    deleted: tuple[Method, ...] = ()
-
-    @property
-    def heads(self) -> tuple[Method, ...]:
-        """The head of every chain: the live methods, then the deleted ones."""
-        return (*self.live, *self.deleted) if self.deleted else self.live
-
-    @property
-    def history(self) -> tuple[Method, ...]:
-        """Every method in the table, replaced and deleted ones included, in order of
-        definition (reflection and tests: it walks every chain)."""
-        found = []
-        for m in self.heads:
-            chain: Method | None = m
-            while chain is not None:
-                found.append(chain)
-                chain = chain.prior
-        return tuple(sorted(found, key=_min_world))
 
 
 class GenericFunction:
@@ -564,18 +367,7 @@ class GenericFunction:
             ):
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
-        ended: list[Any] = []
-        done: list[tuple[dict[Any, Method], Any]] = []  # entries to drop once it is whole
-        for tt, table in self._edges.items():  # (changed under the world lock only)
-            if table and changed.applies_weak(tt):
-                now = self._select_or_none(tt, live)
-                for ref, m in table.items():
-                    edge = ref()
-                    if edge is None or edge.max_world <= latest:  # gone, or closed before
-                        done.append((table, ref))
-                    elif m is not now:
-                        ended.append(edge)
-                        done.append((table, ref))
+        ended, done = _ending(self, changed, live, latest)
         undo = partial(_undo, self, old, [(m, m.max_world) for m in (*closed, *ended)])
         new_world = _world.begin_definition(undo)
         for listener in _on_invalidate:
@@ -646,22 +438,10 @@ class GenericFunction:
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
         w = _world.current() if world is None else _as_world(self.name, world)
-        return list(self._visible(w))
-
-    def _visible(self, world: int) -> Sequence[Method]:
-        t = self._table
-        if world >= t.since:
-            return t.live
-        found = []
-        for head in t.heads:
-            m = _version(head, world)[0]
-            if m is not None and world <= m.max_world:
-                found.append(m)
-        found.sort(key=_min_world)  # in order of definition, as the live ones are
-        return found
+        return list(self._table.visible(w))
 
     def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
-        return self._select(tt, self._visible(world), world)
+        return self._select(tt, self._table.visible(world), world)
 
     def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
         try:
@@ -716,37 +496,6 @@ class GenericFunction:
             + ("" if _has_weak(tt) else f" (one annotated {_annotations(tt)} is)")
         )
 
-    def _range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
-        """The worlds around ``world`` in which the methods that could take ``tt`` (and so
-        its dispatch) are the same as in ``world``."""
-        t = self._table
-        live, since = t.live, t.since
-        if world >= since:
-            # Every live method is visible from ``since`` on; a replaced method's range
-            # ends where its (live, equally applicable) replacement's begins, and a deleted
-            # one's dispatch ends after its range.
-            lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
-            for d in t.deleted:
-                if d.applies_weak(tt):
-                    lo = max(lo, d.max_world + 1)
-            return lo, _world.WORLD_MAX
-        # An older world: each signature's method of that world, and the one after it
-        # (a chain holds one signature, so ``applies_weak`` is asked of its head only).
-        lo, hi = 1, _world.WORLD_MAX
-        for head in t.heads:
-            if not head.applies_weak(tt):
-                continue
-            m, after = _version(head, world)
-            if after is not None:
-                hi = min(hi, after.min_world - 1)
-            if m is None:
-                continue
-            if m.max_world < world:
-                lo = max(lo, m.max_world + 1)
-            else:
-                lo, hi = max(lo, m.min_world), min(hi, m.max_world)
-        return lo, hi
-
     def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
         """The most specific method visible in ``world`` for ``tt``, specialized to ``tt``
         (with each weak type in it replaced by the concrete type it takes)."""
@@ -784,7 +533,7 @@ class GenericFunction:
         m = self._dispatch(tt, w)
         mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
         if w <= _world.latest():
-            lo, hi = self._range(tt, w)
+            lo, hi = self._table.dispatch_range(tt, w)
             kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
             memo[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
         return mi
@@ -798,27 +547,13 @@ class GenericFunction:
         _check_tt(self.name, tt)
         if not isinstance(method, Method):
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
-        if not isinstance(getattr(edge, "max_world", None), int):
-            raise TypeError(f"edge has an int max_world (its validity's end), got {edge!r}")
-        try:
-            weakref.ref(edge)
-        except TypeError:
-            raise TypeError(
-                f"edge is held weakly (its owner keeps it), so it must take weak references: "
-                f"got a {type(edge).__name__}, which does not"
-            ) from None
+        _check_edge(edge)
         with _world.lock():
             register_backedges(edge, [(self, tt, method)])
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges that are still open: (tt, expected method, edge)."""
-        found = []
-        for tt, table in self._edges.copy().items():
-            for ref, m in table.copy().items():
-                edge = ref()
-                if edge is not None and edge.max_world >= _world.WORLD_MAX:
-                    found.append((tt, m, edge))
-        return found
+        return _open_edges(self._edges)
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
@@ -827,10 +562,6 @@ class GenericFunction:
             return self.methodinstance(tt, world).method
         except MethodError:
             return None
-
-
-def _newest_first(e: _Dispatch) -> int:
-    return -e.min_world
 
 
 def _annotations(tt: tuple[type, ...]) -> str:

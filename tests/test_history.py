@@ -91,7 +91,7 @@ def test_an_older_world_dispatches_as_a_scan_of_every_method_says():
                     gf.methodinstance(tt, w)
                 continue
             assert gf.methodinstance(tt, w).method is want
-            lo, hi = gf._range(tt, w)
+            lo, hi = gf._table.dispatch_range(tt, w)
             assert lo <= w <= hi
             for v in (lo, hi if hi < WORLD_MAX else latest()):  # the same dispatch there
                 seen = [m for m in history if m.min_world <= v <= m.max_world]
