@@ -19,11 +19,29 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from . import world as _world
 
 if TYPE_CHECKING:
-    from .methods import GenericFunction, Method, _Dispatch
+    from .methods import GenericFunction, Method, MethodInstance
 
 
 #: How many world ranges the dispatch cache keeps per signature (the newest ones).
 DISPATCH_DEPTH = 4
+
+
+def _range_str(lo: int, hi: int) -> str:
+    return f"worlds {lo}..{'' if hi >= _world.WORLD_MAX else hi}"
+
+
+class _Dispatch:
+    """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
+
+    __slots__ = ("max_world", "mi", "min_world")
+
+    def __init__(self, min_world: int, max_world: int, mi: MethodInstance) -> None:
+        self.min_world = min_world
+        self.max_world = max_world
+        self.mi = mi
+
+    def __repr__(self) -> str:
+        return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
 
 
 def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:

@@ -24,7 +24,7 @@ from .backedges import Backedge, _check_edge, _ending, _open_edges
 from .backedges import _on_invalidate as _on_invalidate
 from .backedges import register_backedges as register_backedges
 from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
-from .method_table import _newest_first, _Table, _undo
+from .method_table import _Dispatch, _newest_first, _range_str, _Table, _undo
 from .method_table import _version as _version
 from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
 from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
@@ -84,10 +84,6 @@ def _namer(types: Iterable[type]) -> Callable[[type], str]:
             if qualified.count(names[t]) > 1:  # two classes of one module and name
                 names[t] += f" (class at 0x{id(t):x})"
     return lambda t: names.get(t) or _tname(t)
-
-
-def _range_str(lo: int, hi: int) -> str:
-    return f"worlds {lo}..{'' if hi >= _world.WORLD_MAX else hi}"
 
 
 class Method:
@@ -190,20 +186,6 @@ class MethodInstance:
 
 
 _GF = TypeVar("_GF", bound="GenericFunction")
-
-
-class _Dispatch:
-    """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
-
-    __slots__ = ("max_world", "mi", "min_world")
-
-    def __init__(self, min_world: int, max_world: int, mi: MethodInstance) -> None:
-        self.min_world = min_world
-        self.max_world = max_world
-        self.mi = mi
-
-    def __repr__(self) -> str:
-        return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
 
 
 class GenericFunction:
