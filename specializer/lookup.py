@@ -289,5 +289,4 @@ def cached_lookup(lookup: Callable[[], R], V: type[R], F: Any, tt: tuple[type, .
         fn = F._specializer_lookups[id(lookup.__code__), tt, type(key), V]  # F's own (OWN)
     except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
         fn = specialize(lookup, V, F, tt, type(key))
-    result: R = fn(key, lookup)
-    return result
+    return fn(key, lookup)

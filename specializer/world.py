@@ -245,13 +245,16 @@ def pins() -> int:
 def _check_world(world: object) -> int:
     if isinstance(world, bool) or not isinstance(world, int):
         raise TypeError(f"world: a world is an int, got {type(world).__name__}: {world!r}")
+    latest = snapshot.latest  # one read: a definition may publish meanwhile
     if world < 1:
         raise ValueError(f"world {world} does not exist: worlds start at 1")
-    if world > snapshot.latest:
+    if world > latest:
         raise ValueError(
-            f"world {world} is in the future: the latest world is {snapshot.latest} "
+            f"world {world} is in the future: the latest world is {latest} "
             "(see specializer.world.latest())"
         )
+    if world == latest:  # the very object unpinned entries are stored under: a pinned
+        return latest  # call's entry for it is then hit by identity, not only by value
     return int(world)
 
 
