@@ -7,8 +7,8 @@ Tests call what a lookup returns and check its output.
 
 The second (``py``: ``py.kernel``, ``py.launch``, ``py.function``, ...) is a launching back-end
 on the core's launch path, :class:`specializer.launching.Launcher`: the complete minimal
-example of that interface, whose one reference is the docstring of
-``specializer/launching.py`` (every ``Launcher`` member and template block). A kernel method
+example of that interface, whose one reference is ``docs/reference-backend.md``, "The launch
+path" (every ``Launcher`` member and template block). A kernel method
 returns Python source defining ``def <name>(i, *params)``, device functions return Python
 source that is prepended, and
 ``py.launch(k, *args, size=n, context=None)`` calls the kernel once per work item
