@@ -28,9 +28,17 @@ from ...types import (
 from . import _queues
 from ._args import _GUARD_CLASS, Array, LocalMemory, Sampler, _ArgType, _c_type, _packer
 from ._decorators import _definitions
-from ._program import _FAILURES, LinkedKernel, OpenCLBackend, _bad_array, _failed, _nothing
+from ._program import (
+    _FAILURES,
+    LinkedKernel,
+    OpenCLBackend,
+    _bad_array,
+    _failed,
+    _nothing,
+    _size_error,
+)
 from ._queues import _TABLE, _ContextKey, _default_queue, _key, default_queue
-from ._sizes import _size_error, _sizes
+from ._sizes import _sizes
 
 BACKEND = OpenCLBackend()
 _configs: dict[tuple[str, ...], CompilerConfig] = {}

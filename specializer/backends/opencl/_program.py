@@ -1,6 +1,6 @@
 """Programs: ``KernelSource``, build options, the per-context program cache, the
 ``OpenCLBackend`` (compile, link), ``LinkedKernel`` and its argument-set records, and the
-messages of a failed build or launch.
+messages of a failed build or launch (a work size's error among them).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from ._args import _packer
 from ._cdecl import _check_params
 from ._decorators import _definitions
 from ._queues import _ContextKey
-from ._sizes import _size_error, _sizes
+from ._sizes import _sizes
 
 _private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
 
@@ -215,6 +215,15 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
         f"the array for {_describe(linked, i)} {what}: a kernel gets a buffer pointer, so pass "
         "a C- or F-contiguous array that starts at its buffer's start (for a view, view.copy())"
     )
+
+
+def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
+    """A work size's error (from :func:`_sizes`) naming the kernel, which the launch raises
+    from its own frame; None for another error (raised as it is)."""
+    named = f"kernel {launching.signature(linked.name, linked.tt)}: {error}"
+    if type(error) is TypeError:
+        return TypeError(named)
+    return ValueError(named) if type(error) is ValueError else None
 
 
 def _work_group_problem(

@@ -1,18 +1,13 @@
-"""Work sizes: ``global_size``, ``local_size`` and ``global_offset`` checked and converted,
-and a size's error naming the kernel.
-"""
+"""Work sizes: a launch's ``global_size``, ``local_size`` and ``global_offset``, checked and
+converted to what pyopencl takes."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ... import launching
-
-if TYPE_CHECKING:
-    from ._program import LinkedKernel
-
 
 _SIZE_MAX = int(np.iinfo(np.uintp).max)  # the host's size_t, which pyopencl converts to
 
@@ -69,12 +64,3 @@ def _sizes(global_size: Any, local_size: Any, global_offset: Any) -> tuple[Any, 
     if ls is not None and any(x > y for x, y in zip(ls, g)):
         raise ValueError(f"local_size {ls!r} is larger than global_size {g!r}")
     return g, ls, go
-
-
-def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
-    """A work size's error (from :func:`_sizes`) naming the kernel, which the launch raises
-    from its own frame; None for another error (raised as it is)."""
-    named = f"kernel {launching.signature(linked.name, linked.tt)}: {error}"
-    if type(error) is TypeError:
-        return TypeError(named)
-    return ValueError(named) if type(error) is ValueError else None
