@@ -137,8 +137,8 @@ def test_the_cache_map_finds_the_containers_it_must_find():
         "specializer.codegen._released",
         "specializer.world.hot_cell",
         "specializer.backends.cuda._types._SCALARS",
-        "specializer.backends.opencl._GUARD_CLASS",
-        "specializer.backends.opencl._programs",
+        "specializer.backends.opencl._args._GUARD_CLASS",
+        "specializer.backends.opencl._program._programs",
         "specializer.launching.Launcher.guard_kinds",
         "specializer.backends.cuda._nvrtc.nvrtc_version",
     ):

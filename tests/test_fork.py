@@ -154,7 +154,7 @@ def test_a_second_launcher_of_a_used_back_end_refuses_in_the_child_as_the_first_
     setup = (
         USED_A_QUEUE
         + """
-from specializer.backends.opencl import _launcher, _definitions
+from specializer.backends.opencl._launch import _launcher, _definitions
 second = type(_launcher)(_definitions)
 cl.launch(fill_fork, x, np.float32(1), global_size=4)
 """
@@ -215,9 +215,9 @@ def test_a_child_of_a_process_that_used_no_device_launches_with_cached_lookups()
 
 HELD = {
     "launching._factories_lock": "cl._launcher._factories_lock",
-    "opencl._programs_lock": "cl._programs_lock",
-    "opencl._keys_lock": "cl._keys_lock",
-    "opencl._default_lock": "cl._default_lock",
+    "opencl._programs_lock": "cl._program._programs_lock",
+    "opencl._keys_lock": "cl._queues._keys_lock",
+    "opencl._default_lock": "cl._queues._default_lock",
 }
 
 

@@ -1,9 +1,10 @@
-"""The CUDA back-end's modules are layered without a circle (read with ``ast``, nothing run).
+"""The back-end packages' modules are layered without a circle (read with ``ast``, nothing run).
 
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
-call up has a hook the higher one sets at import (``_driver.check_use``, ``_driver.on_forget``,
-``_compiler.device_functions``); the last test checks they are set.
+call up has a hook the higher one sets at import (CUDA's ``_driver.check_use``,
+``_driver.on_forget``, ``_compiler.device_functions``; OpenCL's ``_queues._launcher``); the last
+tests check they are set.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import pytest
 
 import specializer
 
-PACKAGE = "specializer.backends.cuda"
-DIRECTORY = Path(specializer.__file__).resolve().parent / "backends" / "cuda"  # under test
+BACKENDS = Path(specializer.__file__).resolve().parent / "backends"  # under test
 
 #: lowest first: a module may import (at module level) only the modules before it
-LAYERS = [
+CUDA_LAYERS = [
     "_driver",  # driver calls, the probe, contexts, streams
     "_array",  # CuArray, Array[dtype], foreign arrays' pointers
     "_types",  # argument types: what a value dispatches as, its C type
@@ -37,37 +37,54 @@ LAYERS = [
     "__init__",  # the public API
 ]
 
+OPENCL_LAYERS = [
+    "_args",  # argument kinds: Array[dtype], Buffer, ...; typeof, ctype, scalar packing
+    "_cdecl",  # what is read of OpenCL C: a kernel's parameters, checked against argument types
+    "_queues",  # the default queue, context keys, each queue's table
+    "_sizes",  # work sizes checked and converted
+    "_decorators",  # the definitions: @kernel, @device, capture
+    "_program",  # programs, the Backend, LinkedKernel, a failed build's or launch's message
+    "_launch",  # configs, HostKernel, the Launcher, clfunction, launch
+    "__init__",  # the public API
+]
 
-def _modules() -> dict[str, ast.Module]:
+LAYERS = {"cuda": CUDA_LAYERS, "opencl": OPENCL_LAYERS}
+PACKAGE_MODULES = [(package, m) for package, layers in LAYERS.items() for m in layers]
+
+
+def _modules(package: str = "cuda") -> dict[str, ast.Module]:
     return {
         path.stem: ast.parse(path.read_text(encoding="utf-8"), str(path))
-        for path in sorted(DIRECTORY.glob("*.py"))
+        for path in sorted((BACKENDS / package).glob("*.py"))
     }
 
 
-def _siblings(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
-    """The modules of the package that an import statement in ``module`` imports."""
+def _siblings(node: ast.Import | ast.ImportFrom, module: str, package: str) -> list[str]:
+    """The modules of ``package`` that an import statement in ``module`` imports."""
+    prefix = f"specializer.backends.{package}"
     names: list[str] = []
     if isinstance(node, ast.Import):
         for alias in node.names:
-            if alias.name.startswith(PACKAGE + "."):
-                names.append(alias.name[len(PACKAGE) + 1 :].split(".")[0])
+            if alias.name.startswith(prefix + "."):
+                names.append(alias.name[len(prefix) + 1 :].split(".")[0])
         return names
     if node.level == 0:
         base = node.module or ""
     else:
-        parts = PACKAGE.split(".")  # __init__'s package and a submodule's are the same
+        parts = prefix.split(".")  # __init__'s package and a submodule's are the same
         base = ".".join(parts[: len(parts) - (node.level - 1)])
         if node.module:
             base = f"{base}.{node.module}" if base else node.module
-    if base == PACKAGE:  # from . import _params, _types
+    if base == prefix:  # from . import _params, _types
         names.extend(alias.name for alias in node.names)
-    elif base.startswith(PACKAGE + "."):
-        names.append(base[len(PACKAGE) + 1 :].split(".")[0])
+    elif base.startswith(prefix + "."):
+        names.append(base[len(prefix) + 1 :].split(".")[0])
     return names
 
 
-def _imports(tree: ast.Module, module: str) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+def _imports(
+    tree: ast.Module, module: str, package: str = "cuda"
+) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
     """(module-level, in-function) imports of sibling modules: (line, sibling) pairs. An
     import in a class body or under ``if``/``try`` at module level counts as module level."""
     top: list[tuple[int, str]] = []
@@ -76,7 +93,7 @@ def _imports(tree: ast.Module, module: str) -> tuple[list[tuple[int, str]], list
     def visit(node: ast.AST, in_function: bool) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, (ast.Import, ast.ImportFrom)):
-                for name in _siblings(child, module):
+                for name in _siblings(child, module, package):
                     (inner if in_function else top).append((child.lineno, name))
             nested = in_function or isinstance(
                 child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
@@ -87,24 +104,26 @@ def _imports(tree: ast.Module, module: str) -> tuple[list[tuple[int, str]], list
     return top, inner
 
 
-def test_the_layer_list_names_every_module_of_the_package() -> None:
-    assert sorted(_modules()) == sorted(LAYERS)
+@pytest.mark.parametrize("package", sorted(LAYERS))
+def test_the_layer_list_names_every_module_of_the_package(package: str) -> None:
+    assert sorted(_modules(package)) == sorted(LAYERS[package])
 
 
-@pytest.mark.parametrize("module", LAYERS)
-def test_a_module_imports_only_lower_layers(module: str) -> None:
-    top, _ = _imports(_modules()[module], module)
+@pytest.mark.parametrize(("package", "module"), PACKAGE_MODULES)
+def test_a_module_imports_only_lower_layers(package: str, module: str) -> None:
+    layers = LAYERS[package]
+    top, _ = _imports(_modules(package)[module], module, package)
     higher = [
         f"{module}.py:{line} imports {name}"
         for line, name in top
-        if name not in LAYERS or LAYERS.index(name) >= LAYERS.index(module)
+        if name not in layers or layers.index(name) >= layers.index(module)
     ]
-    assert not higher, f"a module may import only the layers below it ({LAYERS}): {higher}"
+    assert not higher, f"a module may import only the layers below it ({layers}): {higher}"
 
 
-@pytest.mark.parametrize("module", LAYERS)
-def test_no_function_imports_a_sibling_module(module: str) -> None:
-    _, inner = _imports(_modules()[module], module)
+@pytest.mark.parametrize(("package", "module"), PACKAGE_MODULES)
+def test_no_function_imports_a_sibling_module(package: str, module: str) -> None:
+    _, inner = _imports(_modules(package)[module], module, package)
     found = [f"{module}.py:{line} imports {name} in a function" for line, name in inner]
     assert not found, f"import it at module level (a lower layer), or set a hook: {found}"
 
@@ -131,6 +150,13 @@ def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
     assert _driver.check_use == _launch._launcher.check_fork
     assert _module._forget_modules in _driver.on_forget
     assert _compiler.device_functions == _launch._definitions.device_functions
+
+
+def test_the_opencl_launcher_sets_the_queues_hook() -> None:
+    pytest.importorskip("pyopencl")
+    from specializer.backends.opencl import _launch, _queues
+
+    assert _queues._launcher is _launch._launcher
 
 
 def test_a_context_gone_drops_the_modules_loaded_into_it() -> None:

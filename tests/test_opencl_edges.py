@@ -492,7 +492,7 @@ def test_a_python_int_is_checked_as_the_type_it_takes(queue):
 )
 def test_parameter_kinds_that_match_are_not_refused(name, address, t):
     q = getattr(pyopencl.kernel_arg_address_qualifier, address)
-    assert cl._param_mismatch(t, *cl._param_kind(name, q, 64)) is None
+    assert cl._cdecl._param_mismatch(t, *cl._cdecl._param_kind(name, q, 64)) is None
 
 
 def test_the_parameter_check_runs_once_per_linked_kernel_and_never_on_a_hit(queue, monkeypatch):
@@ -501,8 +501,8 @@ def test_the_parameter_check_runs_once_per_linked_kernel_and_never_on_a_hit(queu
         return "__kernel void checked_once(__global float *x, float v) { x[0] += v; }"
 
     calls = []
-    real = cl._check_params
-    monkeypatch.setattr(cl, "_check_params", lambda *a: calls.append(a[0]) or real(*a))
+    real = cl._program._check_params
+    monkeypatch.setattr(cl._program, "_check_params", lambda *a: calls.append(a[0]) or real(*a))
     x = zeros(queue, 1)
     hk = cl.clfunction(checked_once, (F32, np.float32))
     for _ in range(3):

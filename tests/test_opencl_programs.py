@@ -171,7 +171,7 @@ def test_transpose_with_a_local_tile_as_examples_transpose_does(fresh_queue, bui
     )
     same_bytes(a_t_dev.get(), got)
     assert len(builds) == 1
-    assert [opts for source, opts, _ in cl._programs[ctx] if source == TRANSPOSE] == [()]
+    assert [opts for source, opts, _ in cl._program._programs[ctx] if source == TRANSPOSE] == [()]
 
     ref_buf = pyopencl.Buffer(ctx, MF.WRITE_ONLY, size=src.nbytes)
     plain(
@@ -500,7 +500,7 @@ def test_nbody_one_program_of_several_kernels_with_build_options(fresh_queue, bu
     nbody_round(fresh_queue, builds, False, MyFloat32, MyFloat32(0.25))
 
     # one program per (context, source, options, headers): two option sets, two programs
-    table = cl._programs[fresh_queue.context]
+    table = cl._program._programs[fresh_queue.context]
     assert sorted(opts for source, opts, _ in table if source == NBODY) == sorted(
         [nbody_options(True), nbody_options(False)]
     )

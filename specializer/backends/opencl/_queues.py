@@ -1,0 +1,148 @@
+"""Queues and contexts: the default queue (PoCL's CPU device), a context's key, and what is
+kept in each queue's table.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import pyopencl as cl
+
+from ... import launching
+from ...locks import new_lock
+
+#: the back-end's launcher, set by :mod:`._launch` at import (a hook: this module is below it);
+#: a queue's use checks the fork through it, and a queue's table is its where table
+_launcher: launching.Launcher = None  # type: ignore[assignment]  # set by _launch
+
+_default_queue: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
+_default_lock = new_lock(reentrant=False)
+
+
+def _pocl_cpu_device() -> cl.Device:
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error:
+        platforms = []
+    for p in platforms:
+        if "portable computing language" in p.name.lower() or "pocl" in p.vendor.lower():
+            try:
+                devices = p.get_devices(device_type=cl.device_type.CPU)
+            except cl.Error:
+                continue
+            if devices:
+                return devices[0]
+    found = ", ".join(p.name for p in platforms) or "none"
+    raise RuntimeError(
+        f"no PoCL CPU device found (OpenCL platforms: {found}): install it with "
+        "`pip install pocl-binary-distribution` (or `pip install specializer[opencl]`), "
+        "or pick a queue with specializer.backends.opencl.set_default_queue(queue)"
+    )
+
+
+def default_queue() -> cl.CommandQueue:
+    """The queue launches use when given none: the one set with :func:`set_default_queue`,
+    else a queue on PoCL's CPU device (created on first use, then kept). In a fork of a
+    process that used the device, the fork error (see :func:`launch`)."""
+    _launcher.check_fork()  # using a queue is using the device
+    queue = _default_queue[0]
+    if queue is None:
+        with _default_lock():
+            queue = _default_queue[0]
+            if queue is None:
+                queue = _default_queue[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
+    return queue
+
+
+def set_default_queue(queue: cl.CommandQueue | None) -> None:
+    """Make launches given no queue use ``queue`` (``None``: a queue on PoCL's CPU device)."""
+    if queue is not None and not isinstance(queue, cl.CommandQueue):
+        raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
+    if queue is not None:
+        _launcher.check_fork()  # a queue of the user's is a device in use
+    with _default_lock():
+        _default_queue[0] = queue
+
+
+class _ContextKey:
+    """What lookups key on for one context: compared by identity, holding the context only
+    weakly (through the queues it was seen with), so no cache keeps a context the user
+    dropped alive. ``key`` is the lookup key without build options.
+
+    Each queue keeps its context's key in its own ``__dict__`` (see :func:`_table`), and the
+    key learns when each queue's context object dies (a queue's ``context`` lives with the
+    queue); when the last one it saw has, the context is forgotten: what was linked for it,
+    and the lookup results keyed by it, are dropped (:func:`_forget`). A later queue of a
+    context still alive gets a new key (and links again)."""
+
+    __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
+
+    def __init__(self, context: cl.Context) -> None:
+        self.ptr = context.int_ptr
+        self.name = repr(context)
+        self.key = (self, ())
+        self.refs: dict[
+            int, weakref.ref[cl.Context]
+        ] = {}  # id -> a weak reference to a context object
+
+    def context(self) -> cl.Context | None:
+        """A live object of the context (None once every queue it was seen with is gone)."""
+        for ref in list(self.refs.values()):
+            ctx = ref()
+            if ctx is not None:
+                return ctx
+        return None
+
+    def watch(self, context: cl.Context) -> None:
+        ref = weakref.ref(context)
+        self.refs[id(ref)] = ref
+        weakref.finalize(context, _release, self, id(ref))
+
+    def __repr__(self) -> str:
+        return f"<context key of {self.name}>"
+
+
+# Per live context (by its cl_context address: a context that is alive keeps its address)
+# its key. Queues are not weakly referenceable, so the library keeps no table of queues:
+# what it keeps for a queue lives in the queue's own __dict__, and goes with it.
+_context_keys: dict[int, _ContextKey] = {}
+_keys_lock = new_lock(reentrant=False)
+_TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
+
+
+def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
+    """(the queue's context key, no build options)."""
+    if not isinstance(queue, cl.CommandQueue):
+        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+    t = _launcher.where_table(queue)  # in the queue's own __dict__: it goes with the queue
+    if t is None:  # (where_table is None only for a where without a __dict__)
+        raise TypeError(f"queue {queue!r} has no __dict__ to keep its context key in")
+    key: tuple[_ContextKey, tuple[str, ...]] | None = t.get("key")
+    if key is None:
+        ctx = queue.context  # the queue's own context object: it dies with the queue
+        with _keys_lock():
+            ck = _context_keys.get(ctx.int_ptr)
+            if ck is None:
+                ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)
+            ck.watch(ctx)
+            key = t.setdefault("key", ck.key)
+    return key
+
+
+def _release(ck: _ContextKey, ref_id: int) -> None:
+    """A queue the context key was seen with is gone; when it was the last, so is the
+    context for this library. Runs from the garbage collector in any thread: no lock (each
+    step is one atomic dict operation; a race can only forget a context still in use,
+    which then links again under a new key)."""
+    ck.refs.pop(ref_id, None)
+    if not ck.refs:
+        if _context_keys.get(ck.ptr) is ck:
+            _context_keys.pop(ck.ptr, None)
+        _forget(ck)
+
+
+def _forget(ck: _ContextKey) -> None:
+    """A context is gone: what was built and linked for it goes too, with the kernel
+    objects of each linked kernel's pool (they refer to it)."""
+    for linked in launching.forget(ck):
+        linked.pool.clear()  # a launch still running with it takes a new kernel object
