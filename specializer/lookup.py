@@ -148,6 +148,9 @@ _sites: dict[int, tuple[Any, dict[_Ident, None]]] = {}
 #: Per ``F`` (``id``), the same: a weak reference to it (or ``F`` itself where it takes none,
 #: released with its last site), and the keys specialized on it.
 _owners: dict[int, tuple[Any, dict[_Ident, None]]] = {}
+#: One object per value of an ``F`` that takes no weak reference (a str, a tuple): the index
+#: files ``F`` by ``id``, so equal values must be one object. Held while a site of it lives.
+_values: dict[Any, Any] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
 _lock = new_lock()
 
@@ -188,6 +191,8 @@ def _release(
             rest[1].pop(ident, None)
             if not rest[1] and not isinstance(rest[0], weakref.ref):
                 other.pop(ident[at], None)
+                if _values.get(rest[0]) is rest[0]:
+                    _values.pop(rest[0], None)
         if at == 1:  # a site is gone: its functions leave F's own table too
             F = rest[0]() if rest is not None and isinstance(rest[0], weakref.ref) else None
             own = _own_table(F) if rest is not None and F is not None else None
@@ -212,6 +217,17 @@ def _register(
     entry[1][ident] = None
 
 
+def _one_per_value(F: Any) -> Any:
+    """``F`` itself where it takes a weak reference (a kernel, a class: it is its own key);
+    otherwise the one object kept for its value (raises ``TypeError`` if it is unhashable)."""
+    hash(F)
+    try:
+        weakref.ref(F)
+    except TypeError:
+        return _values.setdefault(F, F)
+    return F
+
+
 def _name_of(x: Any) -> str:
     if isinstance(x, type):
         return x.__name__
@@ -233,8 +249,10 @@ def specialize(
     ident = (id(code), id(F), tt, K, V)
     try:
         fn = _specializations.get(ident)
-        if fn is None:
-            hash(F)  # F is a key as a dict sees it, though the index files it by id
+        if fn is None:  # F is a key as a dict sees it, though the index files it by id:
+            F = _one_per_value(F)  # an equal str or tuple is one object
+            ident = (id(code), id(F), tt, K, V)
+            fn = _specializations.get(ident)
     except TypeError:
         raise TypeError(f"F, tt, K and V must be hashable, got F={F!r}, tt={tt!r}") from None
     if fn is not None:

@@ -157,8 +157,12 @@ def settle() -> None:
     if _dead_pins or _unreleased[0]:
         _forget_dead_pins()
         _unreleased[0] = False  # before the release: a pin forgotten during it sets it again
-        for release in on_unpinned:
-            release()
+        try:
+            for release in on_unpinned:
+                release()
+        except BaseException:  # an interrupt: the release is still due
+            _unreleased[0] = True
+            raise
 
 
 def _forget_dead_pins() -> None:
@@ -319,14 +323,16 @@ class Block:
         what its ``__enter__`` does. An exception raised after the block was published (an
         interrupt as the lock is released) ends it again, since its with statement will not
         call ``__exit__``."""
+        began = False  # this call began it: only then does a failure end it
         try:
             with _lock():
                 if self._begun:
                     raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
-                self._begun = True
+                self._begun = began = True
                 _publish(snapshot._replace(blocks=(*snapshot.blocks, weakref.ref(self)), **changes))
         except BaseException:
-            self._end()
+            if began:
+                self._end()
             raise
 
     def _end(self) -> None:

@@ -442,3 +442,25 @@ def test_a_specialized_lookup_called_with_a_key_of_another_type_is_a_type_error(
         pass
 
     assert fn(Named("n"), lambda: ("sub",)) == ("sub",)  # an instance of the key type
+
+
+def test_an_equal_f_that_is_another_object_hits_and_makes_one_specialization():
+    """F is a key as a dict sees it: an F built anew on each call (a str, a tuple, which take
+    no weak reference) finds the entry of an equal one, and no function is made per call."""
+    from specializer import lookup as lookup_module
+
+    runs = []
+
+    def site(i):
+        F = "".join(["equal_", "f"])  # a new str object each call
+        return cached_lookup(lambda: runs.append(i) or i, int, F, (), 5)
+
+    before = len(lookup_module._specializations)
+    assert [site(i) for i in range(50)] == [0] * 50
+    assert runs == [0]
+    assert len(lookup_module._specializations) == before + 1
+
+    def tuple_site(n):
+        return cached_lookup(lambda: n, int, ("f", n // 100), (), 0)  # equal tuples, built anew
+
+    assert [tuple_site(n) for n in (1, 2, 3)] == [1, 1, 1]

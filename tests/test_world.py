@@ -635,3 +635,15 @@ def test_blocks_entered_in_two_threads_each_end_with_their_object():
     t.join(10)
     assert done.is_set() and world_module.hooks() == []
     assert _cached_site_hits_again()
+
+
+def test_a_block_entered_twice_refuses_the_second_and_stays_active():
+    """Each with-block needs its own object: entering an active one again is refused, and
+    the refusal does not end the block it refers to."""
+    calls = []
+    h = specializer.device_code(lambda job, artifact: calls.append(job))
+    with h:
+        with pytest.raises(RuntimeError, match="has begun already"), h:
+            pass
+        assert h.active() and specializer.world.bypassing()
+    assert not h.active() and not specializer.world.bypassing()
