@@ -12,6 +12,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -205,7 +206,18 @@ def _others_can_import_the_package() -> bool:
     return all(os.stat(f).st_mode & stat.S_IROTH for f in package.rglob("*.py"))
 
 
-def test_no_home_directory_means_no_disk_cache_and_one_warning(tmp_path):
+@pytest.fixture
+def pocl_cache():
+    """A kernel cache for PoCL that any uid may write. With no home PoCL keeps its kernels in
+    /tmp/pocl/kcache, which fails every build when another user (say root, in an earlier
+    run) made it: the machine's state, not the library's, so each run gets its own."""
+    path = Path(tempfile.mkdtemp(prefix="pocl-"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_no_home_directory_means_no_disk_cache_and_one_warning(tmp_path, pocl_cache):
     """No home and (run as root) no passwd entry: the kernels build and run, with pyopencl's
     own caches off too (they need a home: each pyopencl.Kernel would raise), and the one
     warning of the whole run is the library's."""
@@ -215,6 +227,7 @@ def test_no_home_directory_means_no_disk_cache_and_one_warning(tmp_path):
         NO_HOME,
         uid,
         LAUNCH,
+        env={"POCL_CACHE_DIR": pocl_cache},
         unset=("HOME", "SPECIALIZER_CACHE_DIR", "XDG_CACHE_HOME", "PYOPENCL_NO_CACHE"),
         cwd=tmp_path,
     )

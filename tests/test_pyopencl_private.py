@@ -83,7 +83,9 @@ print(x.get()[0])
 """
 
 
-def test_pyopencl_no_cache_flag_still_turns_its_caches_off_after_its_import(tmp_path):
+def test_pyopencl_no_cache_flag_still_turns_its_caches_off_after_its_import(
+    tmp_path, tmp_path_factory
+):
     import os
     import subprocess
     import sys
@@ -93,6 +95,9 @@ def test_pyopencl_no_cache_flag_still_turns_its_caches_off_after_its_import(tmp_
     )
     env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME")}
     env.pop("PYOPENCL_NO_CACHE", None)
+    env["POCL_CACHE_DIR"] = str(
+        tmp_path_factory.mktemp("pocl")
+    )  # not /tmp/pocl: see test_diskcache
     done = subprocess.run(
         [sys.executable, "-c", NO_HOME_KERNEL],
         capture_output=True,
