@@ -4,6 +4,7 @@ library's frames (files inside the ``specializer`` package, generated code inclu
 
 from __future__ import annotations
 
+import os
 import traceback
 from pathlib import Path
 
@@ -39,6 +40,8 @@ def graded(e: BaseException, user_line: str) -> str:
     assert len(library_frames(e)) <= MOST_LIBRARY_FRAMES, shown
     mine = [f.line or "" for f in traceback.extract_tb(e.__traceback__) if f.filename == __file__]
     assert any(user_line in m for m in mine), (user_line, shown)
+    if os.environ.get("SPECIALIZER_GRADES"):  # the table a release note quotes (-s shows it)
+        print(f"\n| {len(library_frames(e))} | {first_line(e)} |")
     return first_line(e)
 
 
