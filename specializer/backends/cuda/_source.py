@@ -26,20 +26,20 @@ into one :class:`Program`, with the headers and options of every part.
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from ...compiler import CompileError, CompilerJob
-from ...types import type_name
+from ...sources import KernelSource as _KernelSource
+from ...sources import method_options
 
 __all__ = ["KernelSource", "Program", "kernel_program"]
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-class KernelSource(str):
+class KernelSource(_KernelSource):
     """A kernel method's source with how to compile it: ``KernelSource(source,
     entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text},
     options=("-DREAL=float",))``.
@@ -58,11 +58,14 @@ class KernelSource(str):
     used. An option that is not a str is a ``TypeError`` naming the method when its kernel
     is compiled."""
 
-    __slots__ = ("entry", "headers", "name", "options")
+    __slots__ = ("entry", "headers", "name")
     entry: str | None
     name: str | None
     headers: tuple[tuple[str, str], ...]
-    options: tuple[Any, ...]
+    BACKEND = "CUDA"
+    OPTIONS = "NVRTC option strings"
+    OPTION = "an NVRTC option"
+    EXAMPLE = "-DREAL=float"
 
     def __new__(
         cls,
@@ -73,8 +76,6 @@ class KernelSource(str):
         headers: Mapping[str, str] | None = None,
         options: str | Sequence[str] = (),
     ) -> KernelSource:
-        if not isinstance(source, str):
-            raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
         if entry is not None and (
             not isinstance(entry, str) or not entry.strip() or any(c in entry for c in "\0\n;{}")
         ):
@@ -96,12 +97,10 @@ class KernelSource(str):
                 f"headers= maps include names to header texts, such as "
                 f"{{'common.h': '#define N 256'}}, got {headers!r}"
             )
-        split = _split_options(options, "KernelSource options=")
-        self = super().__new__(cls, source)
+        self = super().__new__(cls, source, options=options)
         self.entry = entry.strip() if entry is not None else None
         self.name = name
         self.headers = items
-        self.options = split
         return self
 
     def __repr__(self) -> str:
@@ -111,45 +110,6 @@ class KernelSource(str):
         if self.options:
             extra += f", options={self.options!r}"
         return f"KernelSource({str.__repr__(self)}, entry={self.entry!r}{extra})"
-
-
-def _split_options(options: Any, what: str) -> tuple[Any, ...]:
-    """``options`` as a tuple: a str split by shell rules, as pyopencl splits build options;
-    a sequence as it is (a method's are checked where the method is known)."""
-    if isinstance(options, str):
-        try:
-            return tuple(shlex.split(options))
-        except ValueError as e:
-            raise ValueError(f"{what}{options!r} do not split as shell words: {e}") from None
-    if not isinstance(options, Sequence) or isinstance(options, (bytes, bytearray)):
-        raise TypeError(
-            f"{what} are NVRTC option strings, a str or a sequence of str, got {options!r}"
-        )
-    return tuple(options)
-
-
-def _signature(name: str, tt: Sequence[type]) -> str:
-    return f"{name}({', '.join(type_name(t) for t in tt)})"
-
-
-def _method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
-    """The NVRTC options the job's method bodies returned with their sources (each a
-    :class:`KernelSource`), the callees' first: what the config's options are added to."""
-    out: list[str] = []
-    for mi, part in zip((*job.callees, job.mi), sources):
-        options = getattr(part, "options", ())
-        for o in options:
-            if not isinstance(o, str):
-                what = "kernel" if mi is job.mi else "device function"
-                name = mi.method.gf.name
-                raise TypeError(
-                    f"CUDA {what} {name}: its method {_signature(name, mi.method.signature)} "
-                    f"returned KernelSource options={options!r} for {_signature(name, mi.tt)}: "
-                    f"{o!r} ({type(o).__name__}) is not an NVRTC option; options are str, "
-                    "such as '-DREAL=float'"
-                )
-        out.extend(options)
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -186,5 +146,5 @@ def kernel_program(job: CompilerJob) -> tuple[Program, str]:
                 )
     name = getattr(last, "name", None)
     # the methods' own options first; the compiler keyword arguments' are added to them
-    options = _method_options(job, sources) + options
+    options = method_options(job, sources) + options
     return Program("\n".join(sources), name, tuple(sorted(headers.items())), arch, options), entry

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import struct
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,9 +17,12 @@ import numpy as np
 import pyopencl as cl
 import pyopencl.array as cla
 
-from ... import includes, launching
+from ... import includes
 from ...compiler import Backend, CompileError, CompilerJob
 from ...locks import new_lock
+from ...signatures import signature
+from ...sources import KernelSource as _KernelSource
+from ...sources import method_options
 from ...types import (
     type_name,
     weak_overflow,
@@ -35,7 +37,7 @@ from ._sizes import _sizes
 _private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
 
 
-class KernelSource(str):
+class KernelSource(_KernelSource):
     """A method's OpenCL C source with the build options it needs: ``KernelSource(source,
     options=("-DT=float",))``, the options built from the method's concrete types.
 
@@ -48,54 +50,10 @@ class KernelSource(str):
     is a ``TypeError`` naming the method when its kernel is compiled. A ``KernelSource`` is a
     ``str`` (its source), so the core treats it as any source."""
 
-    __slots__ = ("options",)
-    options: tuple[Any, ...]
-
-    def __new__(cls, source: str, *, options: str | Sequence[str] = ()) -> KernelSource:
-        if not isinstance(source, str):
-            raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
-        self = super().__new__(cls, source)
-        self.options = _split_options(options, "KernelSource options=")
-        return self
-
-    def __repr__(self) -> str:
-        return f"KernelSource({str.__repr__(self)}, options={self.options!r})"
-
-
-def _split_options(options: Any, what: str) -> tuple[Any, ...]:
-    """``options`` as a tuple: a str split by shell rules, as pyopencl's build splits one; a
-    sequence as it is (its items are checked where the method is known)."""
-    if isinstance(options, str):
-        try:
-            return tuple(shlex.split(options))
-        except ValueError as e:
-            raise ValueError(f"{what}{options!r} do not split as shell words: {e}") from None
-    if not isinstance(options, Sequence) or isinstance(options, (bytes, bytearray)):
-        raise TypeError(
-            f"{what} are OpenCL build options, a str or a sequence of str, got {options!r}"
-        )
-    return tuple(options)
-
-
-def _method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
-    """The build options the job's method bodies returned with their sources (each a
-    :class:`KernelSource`), the callees' first: what the launch's options are added to."""
-    out: list[str] = []
-    for mi, part in zip((*job.callees, job.mi), sources):
-        options = getattr(part, "options", ())
-        for o in options:
-            if not isinstance(o, str):
-                what = "kernel" if mi is job.mi else "device function"
-                name = mi.method.gf.name
-                raise TypeError(
-                    f"OpenCL {what} {name}: its method "
-                    f"{launching.signature(name, mi.method.signature)} returned KernelSource "
-                    f"options={options!r} for {launching.signature(name, mi.tt)}: {o!r} "
-                    f"({type(o).__name__}) is not a build option; options are str, such as "
-                    "'-DT=float'"
-                )
-        out.extend(options)
-    return tuple(out)
+    __slots__ = ()
+    BACKEND = "OpenCL"
+    OPTIONS = "OpenCL build options"
+    OPTION = "a build option"
 
 
 @dataclass(frozen=True)
@@ -178,7 +136,7 @@ class LinkedKernel:
         ]
 
     def __repr__(self) -> str:
-        return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
+        return f"<LinkedKernel {signature(self.name, self.tt)} in {self.context!r}>"
 
 
 def _param_names(source: str, name: str) -> list[str]:
@@ -197,7 +155,7 @@ def _param_names(source: str, name: str) -> list[str]:
 def _describe(linked: LinkedKernel, i: int) -> str:
     name = linked.params[i] if i < len(linked.params) else None
     what = f"parameter {i}" + (f" ({name})" if name else "")
-    return f"{what} of kernel {launching.signature(linked.name, linked.tt)}"
+    return f"{what} of kernel {signature(linked.name, linked.tt)}"
 
 
 def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
@@ -220,7 +178,7 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
 def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
     """A work size's error (from :func:`_sizes`) naming the kernel, which the launch raises
     from its own frame; None for another error (raised as it is)."""
-    named = f"kernel {launching.signature(linked.name, linked.tt)}: {error}"
+    named = f"kernel {signature(linked.name, linked.tt)}: {error}"
     if type(error) is TypeError:
         return TypeError(named)
     return ValueError(named) if type(error) is ValueError else None
@@ -299,7 +257,7 @@ def _failed(
         except cl.Error:  # a device that does not say: the rules, then
             why = None
         return ValueError(
-            f"kernel {launching.signature(linked.name, linked.tt)}: "
+            f"kernel {signature(linked.name, linked.tt)}: "
             + (
                 why
                 or f"the device refused local_size={local_size!r} with global_size="
@@ -457,11 +415,11 @@ class OpenCLBackend(Backend):
                 line = text.count("\n", 0, text.index("\0")) + 1
                 what = "kernel" if mi is job.mi else "device function"
                 raise CompileError(
-                    f"the source of OpenCL {what} {launching.signature(mi.method.gf.name, mi.tt)}"
+                    f"the source of OpenCL {what} {signature(mi.method.gf.name, mi.tt)}"
                     f" has a NUL character on its line {line}: OpenCL C source is text, and "
                     "a compiler would read it only up to there"
                 )
-        return OpenCLSource(job.name, "\n\n".join(sources), _method_options(job, sources))
+        return OpenCLSource(job.name, "\n\n".join(sources), method_options(job, sources))
 
     def _build(self, job: CompilerJob, artifact: OpenCLSource, context: cl.Context) -> _Built:
         source = artifact.source
@@ -485,7 +443,7 @@ class OpenCLBackend(Backend):
         except cl.Error as e:
             log = _build_log(program, context, e)
             raise CompileError(
-                f"OpenCL kernel {launching.signature(job.name, job.mi.tt)} does not build "
+                f"OpenCL kernel {signature(job.name, job.mi.tt)} does not build "
                 f"(build options: {' '.join(options) or 'none'}):\n{log}{_callee_hint(log)}\n"
                 f"--- its source (the callees', then the kernel's) ---\n{_numbered(source)}"
             ) from None
@@ -501,13 +459,13 @@ class OpenCLBackend(Backend):
         ctx = context.context()
         if ctx is None:
             raise RuntimeError("the context of this lookup was dropped")
-        signature = launching.signature(job.name, job.mi.tt)
+        sig = signature(job.name, job.mi.tt)
         built = self._build(job, artifact, ctx)
         try:
             knl = cl.Kernel(built.program, job.name)
         except cl.Error:
             raise CompileError(
-                f"the source of OpenCL kernel {signature} defines no __kernel named "
+                f"the source of OpenCL kernel {sig} defines no __kernel named "
                 f"{job.name!r} (it defines: {built.names or 'none'}); a method body returns "
                 "source that defines a __kernel function named like the method"
             ) from None
@@ -515,7 +473,7 @@ class OpenCLBackend(Backend):
         if nargs != len(job.mi.tt):
             raise CompileError(
                 f"OpenCL kernel {job.name} takes {nargs} parameter(s), but its method's "
-                f"signature {signature} has {len(job.mi.tt)} (captured values count): "
+                f"signature {sig} has {len(job.mi.tt)} (captured values count): "
                 "annotate one parameter per kernel parameter"
             )
         _check_params(job, knl, ctx, artifact.source)
