@@ -1,27 +1,7 @@
-"""A kernel's source: :class:`KernelSource`, and the NVRTC program a compiler job makes.
-
-**The kernel's entry.** NVRTC finds the kernel through a *name expression*, by default
-the method's name: the source defines one ``__global__`` function of that name. Writing
-it ``extern "C"`` (recommended) makes the PTX ``.entry`` that very name; a C++ kernel
-works too, under its mangled ("lowered") name, which ``nvrtcGetLoweredName`` gives. A
-method names another entry by returning a :class:`KernelSource`, the source with the
-name expression to compile, built from the method's concrete types::
-
-    @cuda.kernel
-    def reduce2(x: cuda.Array[np.floating], out: cuda.Array[np.floating], n: np.int64):
-        return cuda.KernelSource(REDUCE_TEMPLATES, entry=f"reduce2<{cuda.ctype(x.dtype)}>")
-
-That is how a C++ template kernel (``reduce2<float>``, ``my_sqrt<int>``, ``ns::k<T, 256>``)
-is instantiated, and how a method picks one of several kernels in one file (``entry=
-"matrixMul_bs32_64bit"``). A :class:`KernelSource` is a ``str``, so the core treats it as
-any source. Its ``options=`` are NVRTC options that depend on the method's types
-(``options=(f"-DREAL={cuda.ctype(x.dtype)}",)``; not ``-DT=``, which would replace the
-template parameters ``T`` of NVRTC's own headers): they come before the compiler keyword
-arguments' (``fastmath=``, ``options=`` of a launch) and are part of every key, as those are.
-
-:func:`kernel_program` joins the device sources of a job (callees first, then the kernel)
-into one :class:`Program`, with the headers and options of every part.
-"""
+"""A kernel's source: CUDA's :class:`KernelSource` (an entry, a program name, in-memory headers
+and NVRTC options beside the source; ``docs/arguments.md`` shows them in use), and the NVRTC
+:class:`Program` a compiler job makes (:func:`kernel_program`: the device sources of the job,
+callees first, with the headers and options of every part)."""
 
 from __future__ import annotations
 
@@ -42,21 +22,18 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class KernelSource(_KernelSource):
     """A kernel method's source with how to compile it: ``KernelSource(source,
     entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text},
-    options=("-DREAL=float",))``.
+    options=("-DREAL=float",))``, each part of every cache key.
 
     ``entry`` is an NVRTC name expression: a function template's instance
     (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several kernels in
-    the source; ``None`` (and a plain ``str`` source) is the method's name. ``name`` is the
-    program's name NVRTC is given (its directory is where quoted includes are looked for
-    first, as for a file of that path); ``headers`` are in-memory headers, each found by
-    its include name (``#include "common.h"``). Both are part of every cache key, the
-    headers by their contents. ``options`` are NVRTC options built from the method's types:
-    a sequence of str, or one str split by shell rules as pyopencl splits build options;
-    they come before the compiler keyword arguments' options and join every key. A device
-    function may return a ``KernelSource`` too: its headers and options apply to the whole
-    program (the callees' options first, then the kernel's); its entry and name are not
-    used. An option that is not a str is a ``TypeError`` naming the method when its kernel
-    is compiled."""
+    the source; ``None`` (and a plain ``str`` source) is the method's name (write it
+    ``extern "C"`` so the PTX ``.entry`` is that very name; a C++ kernel is found under its
+    mangled name). ``name`` is the program's name NVRTC is given (quoted includes are looked
+    for first in its directory); ``headers`` are in-memory headers, each found by its include
+    name (``#include "common.h"``), keyed by their contents. ``options`` are NVRTC options
+    built from the method's types (not ``-DT=``: NVRTC's own headers have template parameters
+    ``T``), before the compiler keyword arguments'. A device function's ``KernelSource``
+    gives the whole program its headers and options; its entry and name are not used."""
 
     __slots__ = ("entry", "headers", "name")
     entry: str | None

@@ -39,8 +39,10 @@ _QUALIFIERS = frozenset(
     {"const", "volatile", "restrict", "__restrict", "__private", "private", "__global"}
     | {"global", "__constant", "constant", "__local", "local"}
 )
-_PART_NAMES = {v: k for k, v in _SCALAR_PARAMS.items() if " " not in k and k[0] != "u"}
-_PART_NAMES[("int", 1)] = "char"
+_PART_NAMES = {
+    **{v: k for k, v in _SCALAR_PARAMS.items() if " " not in k and k[0] != "u"},
+    ("int", 1): "char",
+}
 
 
 class _Layout(NamedTuple):

@@ -38,17 +38,11 @@ _private.cache_off_without_home()  # no home: pyopencl's caches would fail every
 
 
 class KernelSource(_KernelSource):
-    """A method's OpenCL C source with the build options it needs: ``KernelSource(source,
-    options=("-DT=float",))``, the options built from the method's concrete types.
-
-    ``options`` are OpenCL build options: a sequence of str, or one str split by shell rules
-    as pyopencl splits it (``"-DVAL='1+2' -DW=1"`` is two options). They are part of the
-    program's key (two element types, two option sets: two programs), and the launch's own
-    ``options=`` are added after them. A device function (callee) may return one too: the
-    options of every part of the program apply to the whole program, the callees' first
-    (dependencies first), then the kernel's, then the launch's. An option that is not a str
-    is a ``TypeError`` naming the method when its kernel is compiled. A ``KernelSource`` is a
-    ``str`` (its source), so the core treats it as any source."""
+    """A method's OpenCL C source with the build options its concrete types need:
+    ``KernelSource(source, options=("-DT=float",))``, a sequence of str or one str split by
+    shell rules as pyopencl splits it. They join the program's key, and the launch's own
+    ``options=`` come after them; a device function's apply to the whole program, the
+    callees' first (``docs/arguments.md``, "Options from a method")."""
 
     __slots__ = ()
     BACKEND = "OpenCL"
