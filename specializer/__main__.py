@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import __version__
 from .dump import ShowAtExit, check_out, check_program, collect_device_sources, run_program
@@ -112,12 +113,21 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands", required=True)
 
-    demo = sub.add_parser(
+    def command(name: str, help: str, text: str, epilog: str, usage: str = "") -> Any:
+        return sub.add_parser(
+            name,
+            help=help,
+            usage=f"{prog} {name} [-h] {usage}" if usage else None,
+            description=text.format(env=ENV_VAR),
+            epilog=epilog.format(prog=f"{prog} {name}"),
+            formatter_class=fmt,
+        )
+
+    demo = command(
         "demo",
-        help="run the OpenCL demo on PoCL (why a kernel cache needs the world age; launch costs)",
-        description=DEMO_HELP,
-        epilog=DEMO_EPILOG.format(prog=f"{prog} demo"),
-        formatter_class=fmt,
+        "run the OpenCL demo on PoCL (why a kernel cache needs the world age; launch costs)",
+        DEMO_HELP,
+        DEMO_EPILOG,
     )
     # The demo's own defaults apply to what is not given.
     # (the demo's own parser checks the values: whole numbers of at least 1)
@@ -128,13 +138,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         "--rounds", default=argparse.SUPPRESS, help="timed rounds per variant (default 7)"
     )
 
-    dump = sub.add_parser(
+    dump = command(
         "dump",
-        help="run a program and show every function specializer generated while it ran",
-        usage=f"{prog} dump [-h] [--out DIR] [--device-source] SCRIPT_OR_MODULE [ARGS...]",
-        description=DUMP_HELP.format(env=ENV_VAR),
-        epilog=DUMP_EPILOG.format(prog=f"{prog} dump"),
-        formatter_class=fmt,
+        "run a program and show every function specializer generated while it ran",
+        DUMP_HELP,
+        DUMP_EPILOG,
+        "[--out DIR] [--device-source] SCRIPT_OR_MODULE [ARGS...]",
     )
     dump.add_argument("--out", metavar="DIR", help="write one file per function into DIR")
     dump.add_argument(
@@ -145,13 +154,12 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     # One REMAINDER positional (checked by hand): everything from the program on is its own.
     dump.add_argument("program", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
 
-    pre = sub.add_parser(
+    pre = command(
         "precompile",
-        help="run a build command with precompile-output mode on",
-        usage=f"{prog} precompile [-h] [--] CMD [ARGS...]",
-        description=PRECOMPILE_HELP.format(env=ENV_VAR),
-        epilog=PRECOMPILE_EPILOG.format(prog=f"{prog} precompile"),
-        formatter_class=fmt,
+        "run a build command with precompile-output mode on",
+        PRECOMPILE_HELP,
+        PRECOMPILE_EPILOG,
+        "[--] CMD [ARGS...]",
     )
     pre.add_argument("command_line", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return p, {"demo": demo, "dump": dump, "precompile": pre}

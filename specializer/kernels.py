@@ -145,19 +145,14 @@ class Kernel(_ByName, GenericFunction):
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
         self._closures_lock = new_lock(reentrant=False)
 
-    def add_method(
-        self,
-        fn: Callable[..., Any],
-        signature: tuple[type, ...] | None = None,
-        callees: Iterable[GenericFunction] = (),
-        localns: dict[str, Any] | None = None,
-    ) -> Method:
+    def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
         """Add ``fn`` as a method, its annotations checked as its back-end's ``@kernel``
         checks them (``@fill.method`` comes here too: one path for every definition)."""
         definitions = getattr(self, "_definitions", None)
         if signature is None and definitions is not None and callable(fn):
+            localns = kwargs.get("localns", args[1] if len(args) > 1 else None)
             signature = definitions.kernel_signature(self.name, fn, localns)
-        return super().add_method(fn, signature, callees, localns)
+        return super().add_method(fn, signature, *args, **kwargs)
 
     def capture(self, *values: Any) -> KernelInstance:
         """A kernel instance whose ``values`` are passed as leading arguments on every launch.
