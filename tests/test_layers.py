@@ -44,7 +44,8 @@ OPENCL_LAYERS = [
     "_queues",  # the default queue, context keys, each queue's table
     "_sizes",  # work sizes checked and converted
     "_decorators",  # the definitions: @kernel, @device, capture
-    "_program",  # programs, the Backend, LinkedKernel, a failed build's or launch's message
+    "_failures",  # a failed launch's messages: the argument or work size, and why
+    "_program",  # programs, the Backend, LinkedKernel, a failed build's message
     "_launch",  # configs, HostKernel, the Launcher, clfunction, launch
     "__init__",  # the public API
 ]
