@@ -44,7 +44,7 @@ from .methods import (
     _on_invalidate,
     register_backedges,
 )
-from .types import type_name
+from .signatures import signature
 
 __all__ = [
     "Artifact",
@@ -192,14 +192,10 @@ def _where(mi: MethodInstance) -> str:
     m = mi.method
     code = getattr(m.fn, "__code__", None)
     at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
-    where = f"method {_signature(m.gf.name, m.signature)}{at}"
+    where = f"method {signature(m.gf.name, m.signature)}{at}"
     if tuple(mi.tt) != tuple(m.signature):
-        where += f", called for {_signature(m.gf.name, mi.tt)},"
+        where += f", called for {signature(m.gf.name, mi.tt)},"
     return where
-
-
-def _signature(name: str, tt: tuple[type, ...]) -> str:
-    return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
 def _mark(e: BaseException, tb: Any) -> None:
@@ -330,7 +326,7 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
 def _no_callee(job: CompilerJob, caller: Method, gf: GenericFunction) -> CompileError:
     """The error for a callee with no method in the job's world (its one method deleted)."""
     return CompileError(
-        f"kernel {job.name} cannot be compiled: {_signature(caller.gf.name, caller.signature)} "
+        f"kernel {job.name} cannot be compiled: {signature(caller.gf.name, caller.signature)} "
         f"calls device function {gf.name} (in its callees=), which has no method in world "
         f"{job.world} (its method was deleted with {gf.name}.delete_method). Define "
         f"{gf.name} again, or define the caller again without it in callees="

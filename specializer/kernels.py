@@ -14,7 +14,7 @@ import inspect
 import pickle
 import weakref
 from collections.abc import Callable, Hashable, Iterable, MutableMapping
-from typing import Any, ClassVar, NoReturn
+from typing import Any, ClassVar, NoReturn, Protocol, TypeVar, overload
 
 import numpy as np
 
@@ -23,10 +23,12 @@ from .compiler import CompilerConfig, CompilerJob, compile_and_link, compile_onl
 from .locks import new_lock
 from .lookup import specialize
 from .methods import GenericFunction, Method, signature_of
+from .suggest import decorator_keywords
 from .types import DeviceArray, Struct, WeakScalar, public_module, type_name
 
 __all__ = [
     "SCALAR_TYPES",
+    "Decorator",
     "Definitions",
     "DeviceFunction",
     "Kernel",
@@ -143,19 +145,14 @@ class Kernel(_ByName, GenericFunction):
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
         self._closures_lock = new_lock(reentrant=False)
 
-    def add_method(
-        self,
-        fn: Callable[..., Any],
-        signature: tuple[type, ...] | None = None,
-        callees: Iterable[GenericFunction] = (),
-        localns: dict[str, Any] | None = None,
-    ) -> Method:
+    def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
         """Add ``fn`` as a method, its annotations checked as its back-end's ``@kernel``
         checks them (``@fill.method`` comes here too: one path for every definition)."""
         definitions = getattr(self, "_definitions", None)
         if signature is None and definitions is not None and callable(fn):
+            localns = kwargs.get("localns", args[1] if len(args) > 1 else None)
             signature = definitions.kernel_signature(self.name, fn, localns)
-        return super().add_method(fn, signature, callees, localns)
+        return super().add_method(fn, signature, *args, **kwargs)
 
     def capture(self, *values: Any) -> KernelInstance:
         """A kernel instance whose ``values`` are passed as leading arguments on every launch.
@@ -267,6 +264,31 @@ def code_of(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> Any:
 
 
 _Key = tuple[str, str, type, frozenset[int]]
+_F = TypeVar("_F", contravariant=True)
+_G = TypeVar("_G", covariant=True)
+
+
+class Decorator(Protocol[_F, _G]):
+    """The type of a back-end's ``kernel`` (``_F`` a function returning source, ``_G`` a
+    :class:`Kernel`) and ``device`` (``_G`` a :class:`DeviceFunction`): ``@kernel``, or
+    ``@kernel(callees=[...], localns=locals())`` (typed here once for every back-end)."""
+
+    @overload
+    def __call__(
+        self,
+        fn: _F,
+        *,
+        callees: Iterable[DeviceFunction] = ...,
+        localns: dict[str, Any] | None = ...,
+    ) -> _G: ...
+    @overload
+    def __call__(
+        self,
+        fn: None = None,
+        *,
+        callees: Iterable[DeviceFunction] = ...,
+        localns: dict[str, Any] | None = ...,
+    ) -> Callable[[_F], _G]: ...
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -278,6 +300,27 @@ def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
     except ValueError:  # a cycle of __wrapped__: the function as it is
         return fn
     return inner
+
+
+_KERNEL_DOC = """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
+
+A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that name
+adds a method (a more specific signature), or replaces the one with the same signature (the
+world rises: the next launch runs the new code). ``@fill.method`` on a ``def`` of any name
+(``def _``) adds a method to ``fill`` the same way, the spelling type checkers accept (a second
+``def fill`` is a redefinition to them); ``fill.delete_method(signature)`` takes one back.
+``callees`` names the device functions its source calls; ``localns=locals()`` lets string
+annotations name the defining function's locals.
+
+A Python ``int``, ``float`` or ``bool`` passed to a kernel takes the type the method declares.
+An annotation no value can match (``int``, ``np.ndarray``, another back-end's ``Array``) is a
+``TypeError`` here. The body is called once per method instance, with the concrete types bound
+to its parameters, and returns the kernel's source."""
+_DEVICE_DOC = """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
+
+It takes no parameters; its body returns device source that kernels listing it in
+``callees=`` get before their own. Running its ``def`` again raises the world and recompiles
+exactly the kernels that call it."""
 
 
 class Definitions:
@@ -296,9 +339,12 @@ class Definitions:
         typeof: Callable[[Any], type],
         module: str = "this back-end",
         argtypes: Iterable[type] = (WeakScalar, Struct, DeviceArray),
+        *,
+        kernel_doc: str | None = None,
+        device_doc: str | None = None,
     ) -> None:
         self.typeof = typeof
-        self.module = module  # for messages: "specializer.backends.opencl"
+        self.module = module  # its decorators' and messages': "specializer.backends.opencl"
         #: the roots of the argument types ``typeof`` returns besides numpy scalar types (the
         #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
         #: annotation must be at or below one of them or a numpy scalar type, or above one
@@ -317,6 +363,14 @@ class Definitions:
         self.launcher_attrs: frozenset[str] = frozenset()
         self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
+        #: ``@kernel``, ``@kernel(callees=[...])``: define a kernel method; ``@device``: a
+        #: device function (a callee). Each with its back-end's docstring (what it takes).
+        self.kernel: Decorator[Callable[..., str], Kernel] = self._decorator(
+            Kernel, "kernel", kernel_doc
+        )
+        self.device: Decorator[Callable[[], str], DeviceFunction] = self._decorator(
+            DeviceFunction, "device", device_doc
+        )
 
     def _define(
         self,
@@ -475,30 +529,29 @@ class Definitions:
             f"{self.module}.kernel, and kernel instances with kernel.capture(...)"
         )
 
-    def kernel(
-        self,
-        fn: Callable[..., Any] | None = None,
-        *,
-        callees: Iterable[GenericFunction] = (),
-        localns: dict[str, Any] | None = None,
-    ) -> Any:
-        """``@kernel`` or ``@kernel(callees=[...])``: define a kernel method (``localns=locals()``
-        where string annotations name the defining function's locals)."""
-        if fn is None:
-            return lambda f: self._define(Kernel, f, callees, localns)
-        return self._define(Kernel, fn, callees, localns)
+    def _decorator(self, cls: type, name: str, doc: str | None) -> Any:
+        """The ``kernel`` or ``device`` decorator (``name``) of these definitions: a function
+        of the back-end's module, with the back-end's docstring for its users."""
+        what = f"@{self.module.rpartition('.')[2]}.{name}"
 
-    def device(
-        self,
-        fn: Callable[..., Any] | None = None,
-        *,
-        callees: Iterable[GenericFunction] = (),
-        localns: dict[str, Any] | None = None,
-    ) -> Any:
-        """``@device`` or ``@device(callees=[...])``: define a device function (a callee)."""
-        if fn is None:
-            return lambda f: self._define(DeviceFunction, f, callees, localns)
-        return self._define(DeviceFunction, fn, callees, localns)
+        def decorator(
+            fn: Callable[..., Any] | None = None,
+            *,
+            callees: Iterable[GenericFunction] = (),
+            localns: dict[str, Any] | None = None,
+            **unknown: Any,
+        ) -> Any:
+            if unknown:  # (a misspelling: named, with the keywords it takes)
+                raise decorator_keywords(what, unknown)
+            if fn is None:
+                return lambda f: self._define(cls, f, callees, localns)
+            return self._define(cls, fn, callees, localns)
+
+        decorator.__name__ = decorator.__qualname__ = name
+        decorator.__module__ = self.module
+        common = _KERNEL_DOC if cls is Kernel else _DEVICE_DOC
+        decorator.__doc__ = f"{common}\n\n{inspect.cleandoc(doc)}" if doc else common
+        return decorator
 
 
 class LookupSite:

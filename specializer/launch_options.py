@@ -15,8 +15,8 @@ import numpy as np
 from . import world as _world
 from .kernels import Kernel
 from .methods import MethodError
+from .signatures import signature as signature  # (re-exported: launching names it here)
 from .suggest import unknown_keywords
-from .types import type_name
 
 if TYPE_CHECKING:
     from .launching import Launcher
@@ -30,11 +30,6 @@ NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"}
 #: rather than Python's "missing 1 required keyword-only argument" (a default costs a call
 #: that gives the option nothing)
 REQUIRED: Any = type("RequiredOption", (), {"__repr__": lambda self: "<required>"})()
-
-
-def signature(name: str, tt: Iterable[type]) -> str:
-    """``name(T1, T2, ...)`` for messages."""
-    return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
 def keyword_error(launcher: Launcher, unknown: Iterable[str]) -> TypeError:

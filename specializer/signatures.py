@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import inspect
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeGuard
 
-from .types import WeakScalar, argument_type
+from .types import WeakScalar, argument_type, type_name
 
 _WEAK_META = type(WeakScalar)
 
@@ -31,6 +31,11 @@ def _has_weak(tt: tuple[type, ...]) -> bool:
 def _defaults(tt: tuple[type, ...]) -> tuple[type, ...]:
     """``tt`` with each weak type taken as its default (``np.int64``, ...)."""
     return tuple(t.default if _is_weak(t) else t for t in tt)
+
+
+def signature(name: str, tt: Iterable[type]) -> str:
+    """``name(T1, T2, ...)``: a signature as every message spells it."""
+    return f"{name}({', '.join(type_name(t) for t in tt)})"
 
 
 def signature_of(fn: Callable[..., Any], localns: dict[str, Any] | None = None) -> tuple[type, ...]:

@@ -429,10 +429,11 @@ def test_dump_out_replaces_the_previous_set_as_a_whole(tmp_path):
 FAULTY = """
     import os, sys
     import specializer.__main__ as cli
+    import specializer.dump as files
 
     fault = sys.argv.pop(1)
     if fault == "write":  # the second file fails half-way
-        real, calls = cli._write_file, []
+        real, calls = files._write_file, []
 
         def write(path, text):
             calls.append(path)
@@ -442,11 +443,11 @@ FAULTY = """
                 raise OSError(28, "No space left on device")
             real(path, text)
 
-        cli._write_file = write
+        files._write_file = write
     elif fault == "no-exchange":  # the portable path: two renames
-        cli._exchange = lambda a, b: False
+        files._exchange = lambda a, b: False
     elif fault == "rename":  # the portable path, its second rename failing
-        cli._exchange = lambda a, b: False
+        files._exchange = lambda a, b: False
         real_rename, renames = os.rename, []
 
         def rename(a, b):
@@ -628,8 +629,9 @@ def test_dump_out_keeps_the_permissions_of_dir(tmp_path):
 KILLED = """
     import os, signal, sys
     import specializer.__main__ as cli
+    import specializer.dump as files
 
-    real, calls = cli._write_file, []
+    real, calls = files._write_file, []
 
     def write(path, text):
         calls.append(path)
@@ -637,7 +639,7 @@ KILLED = """
             os.kill(os.getpid(), signal.SIGKILL)
         real(path, text)
 
-    cli._write_file = write
+    files._write_file = write
     sys.exit(cli.main(sys.argv[1:]))
 """
 

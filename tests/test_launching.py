@@ -265,11 +265,11 @@ PACKAGE = Path(specializer.__file__).resolve().parent
 INTERNALS = re.compile(r"ctypes|IOBase|co_code|f_lasti|_getframe|_at_fork_reinit|tp_flags")
 #: where the package may use ctypes, each file saying why in a comment: the CUDA parameter
 #: buffers (the driver takes a void** of argument addresses; _types gives each parameter's C
-#: type) and the command line's renameat2
+#: type) and the dump command's renameat2
 CTYPES_ALLOWED = (
     "specializer/backends/cuda/_params.py",
     "specializer/backends/cuda/_types.py",
-    "specializer/__main__.py",
+    "specializer/dump.py",
 )
 
 

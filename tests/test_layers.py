@@ -3,7 +3,7 @@
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
 call up has a hook the higher one sets at import (CUDA's ``_driver.check_use``,
-``_driver.on_forget``, ``_compiler.device_functions``; OpenCL's ``_queues._launcher``); the last
+``_driver.on_forget``; OpenCL's ``_queues._launcher``); the last
 tests check they are set.
 """
 
@@ -23,6 +23,7 @@ CUDA_LAYERS = [
     "_driver",  # driver calls, the probe, contexts, streams
     "_array",  # CuArray, Array[dtype], foreign arrays' pointers
     "_types",  # argument types: what a value dispatches as, its C type
+    "_decorators",  # the definitions: typeof, @kernel, @device, capture
     "_params",  # parameter buffers: how a launch's arguments are laid out
     "_diskcache",  # PTX and cubins on disk
     "_cxx",  # what is read of C++: a source's kernels, a mangled name's parameters
@@ -33,7 +34,7 @@ CUDA_LAYERS = [
     "_program",  # NVRTC compilation, its disk cache, the programs of a source
     "_module",  # modules loaded into contexts, LinkedKernel
     "_compiler",  # the Backend: compile, link, the config of compiler keyword arguments
-    "_launch",  # the definitions, the Launcher, HostKernel, launch, cufunction
+    "_launch",  # the Launcher, HostKernel, launch, cufunction
     "__init__",  # the public API
 ]
 
@@ -43,7 +44,8 @@ OPENCL_LAYERS = [
     "_queues",  # the default queue, context keys, each queue's table
     "_sizes",  # work sizes checked and converted
     "_decorators",  # the definitions: @kernel, @device, capture
-    "_program",  # programs, the Backend, LinkedKernel, a failed build's or launch's message
+    "_failures",  # a failed launch's messages: the argument or work size, and why
+    "_program",  # programs, the Backend, LinkedKernel, a failed build's message
     "_launch",  # configs, HostKernel, the Launcher, clfunction, launch
     "__init__",  # the public API
 ]
@@ -145,11 +147,10 @@ def test_the_reader_sees_each_form_of_import() -> None:
 
 def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
     pytest.importorskip("cuda.bindings")
-    from specializer.backends.cuda import _compiler, _driver, _launch, _module
+    from specializer.backends.cuda import _driver, _launch, _module
 
     assert _driver.check_use == _launch._launcher.check_fork
     assert _module._forget_modules in _driver.on_forget
-    assert _compiler.device_functions == _launch._definitions.device_functions
 
 
 def test_the_opencl_launcher_sets_the_queues_hook() -> None:

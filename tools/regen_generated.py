@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specializer.__main__ import write_set
 from specializer.codegen import identifier, render
+from specializer.dump import write_set
 from specializer.lookup import ENTRIES
 from specializer.types import Struct, Weak
 

@@ -12,11 +12,12 @@ GPU. ``link`` loads the result into one context (:mod:`._module`). The config is
 from __future__ import annotations
 
 import re
-import shlex
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Hashable
 from typing import Any
 
 from ...compiler import Artifact, Backend, CompilerConfig, CompilerJob
+from ...sources import split_options
+from ._decorators import _definitions
 from ._driver import Context, ContextKey, CUDAError, driver
 from ._module import load
 from ._nvrtc import NVRTCError, nvrtc_version, supported_archs
@@ -82,7 +83,7 @@ def _callee_hints(log: str, job: CompilerJob) -> list[str]:
     if not names:
         return []
     defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it, in order
-    for gf in device_functions():
+    for gf in _definitions.device_functions():
         if gf.name in names:
             defined.setdefault(gf.name, {})[gf.__module__] = None
     listed = {mi.method.gf.name for mi in job.callees}
@@ -97,10 +98,6 @@ def _callee_hints(log: str, job: CompilerJob) -> list[str]:
             )
     return hints
 
-
-#: The back-end's device functions, for a build error's hint (:func:`_callee_hints`):
-#: ``_launch`` sets it to its definitions' ``device_functions`` at import.
-device_functions: Callable[[], Iterable[Any]] = tuple
 
 BACKEND = CUDABackend()
 
@@ -181,15 +178,11 @@ def _nvrtc_options(kw: dict[str, Any]) -> tuple[str, ...]:
         if isinstance(maxregs, bool) or not isinstance(maxregs, int) or maxregs < 1:
             raise TypeError(f"maxregs= is a positive int, got {maxregs!r}")
         options.append(f"--maxrregcount={maxregs}")
-    extra = kw.get("options", ())
-    if isinstance(extra, str):  # split by shell rules, as pyopencl splits a str of options
-        try:
-            extra = shlex.split(extra)
-        except ValueError as e:
-            raise ValueError(f"options={extra!r} do not split as shell words: {e}") from None
-    if not isinstance(extra, (tuple, list)) or not all(isinstance(o, str) for o in extra):
+    given = kw.get("options", ())
+    extra = split_options(given, "options=", "NVRTC option strings")  # a str: shell words
+    if not isinstance(given, (str, tuple, list)) or not all(isinstance(o, str) for o in extra):
         raise TypeError(
-            f"options= is a tuple of NVRTC option strings (or one str of them), got {extra!r}"
+            f"options= is a tuple of NVRTC option strings (or one str of them), got {given!r}"
         )
     options.extend(extra)
     return tuple(options)

@@ -9,23 +9,10 @@ time) of the toolkit headers found. Nothing else goes in: no world number, no
 method or kernel object, no context or module handle, so an entry is right in any
 process and any world that asks for the same compilation.
 
-Where: ``$SPECIALIZER_CACHE_DIR/cuda`` or ``cuda`` in the user's cache directory, private to
-the user and never trusted blindly: see :mod:`specializer.diskcache`.
-
-Files: one per entry, ``<key>.nvrtc``, ending in a SHA-256 of its name and contents
-(:func:`specializer.diskcache.write_entry`), so an entry copied to another key's name
-fails it too; the key is also stored in the entry and checked. An entry is
-written to a temporary file in the same directory and renamed over the final name
-(``os.replace``), so a reader sees a whole entry or none, and two processes writing the
-same entry at once each rename a whole file (the later one wins; both are equal). An
-entry that cannot be read, is cut short or fails its digest is ignored (a miss) and
-written again after the compile. A directory that cannot be created or written makes
-the cache a no-op: it never makes a compilation fail.
-
-Precompile-output mode (:func:`specializer.generating_output`): nothing generated is
-written to disk while it is on (SPEC 6), so a compilation stores no entry (and makes no
-directory); a valid entry is still read. The entries share one size bound with the other
-disk cache, least recently used out first (:func:`specializer.diskcache.max_size`).
+It lives in ``$SPECIALIZER_CACHE_DIR/cuda`` (or ``cuda`` in the user's cache directory), one
+file ``<key>.nvrtc`` per entry, the key also stored in it and checked; where it is, how a file
+is written whole, checked and evicted, and precompile-output mode (nothing written) are
+:mod:`specializer.diskcache`'s. It never makes a compilation fail.
 """
 
 from __future__ import annotations

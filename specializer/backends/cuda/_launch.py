@@ -12,27 +12,19 @@ arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunc
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, cast, overload
+from collections.abc import Sequence
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from ... import launching
-from ...kernels import (
-    Definitions,
-    DeviceFunction,
-    Kernel,
-    KernelInstance,
-    code_of,
-    uncached_lookup,
-    unsupported_argument,
-)
-from ...suggest import decorator_keywords
-from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
-from . import _compiler, _driver, _params
+from ...kernels import Kernel, KernelInstance, code_of, uncached_lookup
+from ...types import Struct, WeakScalar, resolve_weak
+from . import _driver, _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
+from ._decorators import _definitions, capture, device, kernel, typeof
 from ._driver import (
     Context,
     ContextKey,
@@ -56,116 +48,6 @@ __all__ = [
     "typeof",
 ]
 
-
-def typeof(value: Any) -> type:
-    """The argument type ``value`` dispatches as (SPEC section 8): Python ``int``/``float``/
-    ``bool`` are the weak ``Weak[int]``/``Weak[float]``/``Weak[bool]`` (they take the type the
-    method declares), numpy scalars their own type (a subclass its numpy base), numpy
-    structured scalars ``Struct[dtype]``, device arrays ``Array[dtype]``; anything else is a
-    ``TypeError``."""
-    t = WEAK.get(value.__class__)
-    if t is not None:
-        return t
-    if isinstance(value, np.void) or (
-        isinstance(value, np.ndarray) and value.size == 1 and value.dtype.names is not None
-    ):  # a struct by value: np.void, or a 0-d or one-element array (``rhs.view(double3)``)
-        if value.dtype.names is None:
-            raise unsupported_argument(value, _types.ACCEPTED)
-        return _types.struct_type(value.dtype)
-    if not isinstance(value, np.generic):  # a subclass of a Python scalar (an IntEnum, ...)
-        weak = weak_type(value)
-        if weak is not None:
-            return weak
-    return _types.typeof(value)
-
-
-_definitions = Definitions(typeof, "specializer.backends.cuda", (WeakScalar, Struct, Array))
-
-
-@overload
-def kernel(
-    fn: Callable[..., str],
-    *,
-    callees: Iterable[DeviceFunction] = ...,
-    localns: dict[str, Any] | None = ...,
-) -> Kernel: ...
-@overload
-def kernel(
-    fn: None = None,
-    *,
-    callees: Iterable[DeviceFunction] = ...,
-    localns: dict[str, Any] | None = ...,
-) -> Callable[[Callable[..., str]], Kernel]: ...
-def kernel(
-    fn: Callable[..., Any] | None = None,
-    *,
-    callees: Iterable[Any] = (),
-    localns: dict[str, Any] | None = None,
-    **unknown: Any,
-) -> Any:
-    """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
-
-    A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that
-    name adds a method (a more specific signature), or replaces the one with the same
-    signature (the world rises: the next launch runs the new code). ``@fill.method`` on a
-    ``def`` of any name (``def _``) adds a method to ``fill`` the same way, the spelling type
-    checkers accept (a second ``def fill`` is a redefinition to them);
-    ``fill.delete_method(signature)`` takes one back.
-
-    Annotate each parameter with an argument type: ``Array[dtype]`` (a ``CuArray`` or any
-    array with ``__cuda_array_interface__`` or DLPack; ``Array[np.float32]``, or abstract
-    ``Array[np.floating]``), a numpy scalar type (``np.float32``, ``np.float16`` for
-    ``__half``, or abstract ``np.integer``, ``np.number``) or ``Struct[dtype]`` (a struct by
-    value). A Python ``int``, ``float`` or ``bool`` passed to a kernel takes the type the
-    method declares. An annotation no value can match (``int``, ``np.ndarray``, another
-    back-end's ``Array``) is a ``TypeError`` here.
-
-    The body is called once per method instance, with the concrete types bound to its
-    parameters, and returns CUDA C++ source that defines a ``__global__`` function named like
-    the method (``extern "C"`` recommended), or a :class:`KernelSource` naming its entry
-    (a template instance, in-memory headers). ``callees`` names the device functions it
-    calls; ``localns=locals()`` lets string annotations name the defining function's locals.
-    """
-    if unknown:  # (a misspelling: named, with the keywords it takes)
-        raise decorator_keywords("@cuda.kernel", unknown)
-    return _definitions.kernel(fn, callees=callees, localns=localns)
-
-
-@overload
-def device(
-    fn: Callable[[], str],
-    *,
-    callees: Iterable[DeviceFunction] = ...,
-    localns: dict[str, Any] | None = ...,
-) -> DeviceFunction: ...
-@overload
-def device(
-    fn: None = None,
-    *,
-    callees: Iterable[DeviceFunction] = ...,
-    localns: dict[str, Any] | None = ...,
-) -> Callable[[Callable[[], str]], DeviceFunction]: ...
-def device(
-    fn: Callable[..., Any] | None = None,
-    *,
-    callees: Iterable[Any] = (),
-    localns: dict[str, Any] | None = None,
-    **unknown: Any,
-) -> Any:
-    """``@device`` or ``@device(callees=[...])``: define a device function (a callee).
-
-    It takes no parameters; its body returns CUDA C++ source defining ``__device__``
-    functions that kernels listing it in ``callees=`` call. Running its ``def`` again raises
-    the world and recompiles exactly the kernels that call it.
-    """
-    if unknown:  # (a misspelling: named, with the keywords it takes)
-        raise decorator_keywords("@cuda.device", unknown)
-    return _definitions.device(fn, callees=callees, localns=localns)
-
-
-#: ``capture(kernel, *values)``: ``kernel.capture(*values)``, a kernel instance whose values
-#: are passed as leading kernel arguments on every launch.
-capture = _definitions.capture
 
 #: launch options, in order, as launch and a HostKernel call take them
 LAUNCH_OPTIONS = ("grid", "block", "stream", "shared_mem", "cooperative")
@@ -343,11 +225,9 @@ class _CUDALauncher(launching.Launcher):
 
 
 _launcher = _CUDALauncher(_definitions)
-# The layers below call up through hooks set here: the driver's fork check on each use of the
-# device is the launcher's (the one record of device use), and a build error's hint names
-# the device functions defined here.
+# The driver calls up through a hook set here: its fork check on each use of the device is
+# the launcher's (the one record of device use).
 _driver.check_use = _launcher.check_fork
-_compiler.device_functions = _definitions.device_functions
 _site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
 
 #: a grid or block: an int, or a sequence of up to 3 ints

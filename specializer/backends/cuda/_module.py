@@ -118,21 +118,7 @@ class LinkedKernel:
                 f"cannot copy a {a.dtype} array (non-native byte order) into {name!r}: "
                 f"convert it with .astype(a.dtype.newbyteorder('='))"
             )
-        ptr, size = self.get_global(name)
-        if a.nbytes != size:
-            raise ValueError(
-                f"global {name!r} of kernel {self.name} has {size} bytes; the {a.dtype}"
-                f"{list(a.shape)} array has {a.nbytes}"
-            )
-        if size:
-            with pushed(self.context):
-                check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-                check(
-                    driver.cuMemcpyHtoD(ptr, _host_address(a), size),
-                    "cuMemcpyHtoD",
-                    f"copying {size} bytes into global {name!r} of kernel {self.name}",
-                )
-                check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+        self._copy(name, a, "the", to_device=True)
 
     def copy_from_global(self, name: str, dtype: Any, shape: Any = None) -> np.ndarray:
         """A numpy copy of the module's variable ``name`` as ``dtype`` (its whole size, or
@@ -147,20 +133,31 @@ class LinkedKernel:
                 )
             shape = (size // dt.itemsize,)
         out = np.empty(shape, dt)
-        if out.nbytes != size:
-            raise ValueError(
-                f"global {name!r} of kernel {self.name} has {size} bytes; a {dt}{list(out.shape)} "
-                f"array has {out.nbytes}"
-            )
-        if size:
-            with pushed(self.context):
-                check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
-                check(
-                    driver.cuMemcpyDtoH(_host_address(out), ptr, size),
-                    "cuMemcpyDtoH",
-                    f"copying global {name!r} of kernel {self.name}",
-                )
+        self._copy(name, out, "a", to_device=False, where=(ptr, size))
         return out
+
+    def _copy(
+        self, name: str, a: np.ndarray, article: str, to_device: bool, where: Any = None
+    ) -> None:
+        """Copy host array ``a`` to (or from) the module's variable ``name``, which must have
+        its size, between two waits for the work queued in the context."""
+        ptr, size = where or self.get_global(name)
+        if a.nbytes != size:
+            raise ValueError(
+                f"global {name!r} of kernel {self.name} has {size} bytes; {article} {a.dtype}"
+                f"{list(a.shape)} array has {a.nbytes}"
+            )
+        if not size:
+            return
+        with pushed(self.context):
+            check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
+            if to_device:
+                what = f"copying {size} bytes into global {name!r} of kernel {self.name}"
+                check(driver.cuMemcpyHtoD(ptr, _host_address(a), size), "cuMemcpyHtoD", what)
+            else:
+                what = f"copying global {name!r} of kernel {self.name}"
+                check(driver.cuMemcpyDtoH(_host_address(a), ptr, size), "cuMemcpyDtoH", what)
+            check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
     def __repr__(self) -> str:
         ctx = self.token.context()

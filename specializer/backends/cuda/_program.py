@@ -4,25 +4,13 @@
 cubin for a real architecture (``sm_XX``), which is what gets loaded, so the driver never
 has to JIT PTX newer than it knows. It needs no GPU.
 
-**On disk.** NVRTC's output is kept across processes by :mod:`._diskcache`
-(``SPECIALIZER_CACHE_DIR``; off with an empty value or ``0``), keyed by the full source,
-the name expressions, the options, the architecture, NVRTC's version and the headers
-found, and the contents of every user file the source includes (:mod:`specializer.includes`:
-``-I`` directories made absolute, the program name's directory, in-memory headers; none
-is kept where a computed include's search path is past the scan's cap).
-:func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process.
-
-**One program per source.** The kernels whose methods return one source (with one program
-name, in-memory headers, options and architecture) share one NVRTC program: the first
-compiles it with the name expressions of every kernel found in it (:func:`._cxx.kernel_names`),
-the others reuse it (in this process, and from the disk cache in the next).
-
-**Errors.** Every NVRTC failure is a :class:`~specializer.CompileError` naming the kernel,
-its entry, the architecture, the options and NVRTC's log, with a hint where the log
-shows a known mistake: a host header (``<cstdio>``, ``<iostream>``, a sample's
-``helper_cuda.h``: the file includes host code), a toolkit header not found, a function
-template without its instance (and, from :mod:`._compiler`, a device function of this
-back-end used without being in ``callees=``).
+NVRTC's output is kept on disk across processes (:mod:`._diskcache`), keyed by everything
+that decides it, the user files the source includes among them (:mod:`specializer.includes`);
+:func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process. The kernels
+whose methods return one source share one NVRTC program (:func:`compile_program`). Every NVRTC
+failure is a :class:`~specializer.CompileError` naming the kernel, its entry, the architecture,
+the options and NVRTC's log, with a hint where the log shows a known mistake (a host header, a
+toolkit header not found, a function template without its instance).
 """
 
 from __future__ import annotations

@@ -1,68 +1,48 @@
-"""A kernel's source: :class:`KernelSource`, and the NVRTC program a compiler job makes.
-
-**The kernel's entry.** NVRTC finds the kernel through a *name expression*, by default
-the method's name: the source defines one ``__global__`` function of that name. Writing
-it ``extern "C"`` (recommended) makes the PTX ``.entry`` that very name; a C++ kernel
-works too, under its mangled ("lowered") name, which ``nvrtcGetLoweredName`` gives. A
-method names another entry by returning a :class:`KernelSource`, the source with the
-name expression to compile, built from the method's concrete types::
-
-    @cuda.kernel
-    def reduce2(x: cuda.Array[np.floating], out: cuda.Array[np.floating], n: np.int64):
-        return cuda.KernelSource(REDUCE_TEMPLATES, entry=f"reduce2<{cuda.ctype(x.dtype)}>")
-
-That is how a C++ template kernel (``reduce2<float>``, ``my_sqrt<int>``, ``ns::k<T, 256>``)
-is instantiated, and how a method picks one of several kernels in one file (``entry=
-"matrixMul_bs32_64bit"``). A :class:`KernelSource` is a ``str``, so the core treats it as
-any source. Its ``options=`` are NVRTC options that depend on the method's types
-(``options=(f"-DREAL={cuda.ctype(x.dtype)}",)``; not ``-DT=``, which would replace the
-template parameters ``T`` of NVRTC's own headers): they come before the compiler keyword
-arguments' (``fastmath=``, ``options=`` of a launch) and are part of every key, as those are.
-
-:func:`kernel_program` joins the device sources of a job (callees first, then the kernel)
-into one :class:`Program`, with the headers and options of every part.
-"""
+"""A kernel's source: CUDA's :class:`KernelSource` (an entry, a program name, in-memory headers
+and NVRTC options beside the source; ``docs/arguments.md`` shows them in use), and the NVRTC
+:class:`Program` a compiler job makes (:func:`kernel_program`: the device sources of the job,
+callees first, with the headers and options of every part)."""
 
 from __future__ import annotations
 
 import re
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import cast
 
 from ...compiler import CompileError, CompilerJob
-from ...types import type_name
+from ...sources import KernelSource as _KernelSource
+from ...sources import method_options
 
 __all__ = ["KernelSource", "Program", "kernel_program"]
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-class KernelSource(str):
+class KernelSource(_KernelSource):
     """A kernel method's source with how to compile it: ``KernelSource(source,
     entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text},
-    options=("-DREAL=float",))``.
+    options=("-DREAL=float",))``, each part of every cache key.
 
     ``entry`` is an NVRTC name expression: a function template's instance
     (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several kernels in
-    the source; ``None`` (and a plain ``str`` source) is the method's name. ``name`` is the
-    program's name NVRTC is given (its directory is where quoted includes are looked for
-    first, as for a file of that path); ``headers`` are in-memory headers, each found by
-    its include name (``#include "common.h"``). Both are part of every cache key, the
-    headers by their contents. ``options`` are NVRTC options built from the method's types:
-    a sequence of str, or one str split by shell rules as pyopencl splits build options;
-    they come before the compiler keyword arguments' options and join every key. A device
-    function may return a ``KernelSource`` too: its headers and options apply to the whole
-    program (the callees' options first, then the kernel's); its entry and name are not
-    used. An option that is not a str is a ``TypeError`` naming the method when its kernel
-    is compiled."""
+    the source; ``None`` (and a plain ``str`` source) is the method's name (write it
+    ``extern "C"`` so the PTX ``.entry`` is that very name; a C++ kernel is found under its
+    mangled name). ``name`` is the program's name NVRTC is given (quoted includes are looked
+    for first in its directory); ``headers`` are in-memory headers, each found by its include
+    name (``#include "common.h"``), keyed by their contents. ``options`` are NVRTC options
+    built from the method's types (not ``-DT=``: NVRTC's own headers have template parameters
+    ``T``), before the compiler keyword arguments'. A device function's ``KernelSource``
+    gives the whole program its headers and options; its entry and name are not used."""
 
-    __slots__ = ("entry", "headers", "name", "options")
+    __slots__ = ("entry", "headers", "name")
     entry: str | None
     name: str | None
     headers: tuple[tuple[str, str], ...]
-    options: tuple[Any, ...]
+    BACKEND = "CUDA"
+    OPTIONS = "NVRTC option strings"
+    OPTION = "an NVRTC option"
+    EXAMPLE = "-DREAL=float"
 
     def __new__(
         cls,
@@ -73,8 +53,6 @@ class KernelSource(str):
         headers: Mapping[str, str] | None = None,
         options: str | Sequence[str] = (),
     ) -> KernelSource:
-        if not isinstance(source, str):
-            raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
         if entry is not None and (
             not isinstance(entry, str) or not entry.strip() or any(c in entry for c in "\0\n;{}")
         ):
@@ -96,12 +74,10 @@ class KernelSource(str):
                 f"headers= maps include names to header texts, such as "
                 f"{{'common.h': '#define N 256'}}, got {headers!r}"
             )
-        split = _split_options(options, "KernelSource options=")
-        self = super().__new__(cls, source)
+        self = super().__new__(cls, source, options=options)
         self.entry = entry.strip() if entry is not None else None
         self.name = name
         self.headers = items
-        self.options = split
         return self
 
     def __repr__(self) -> str:
@@ -111,45 +87,6 @@ class KernelSource(str):
         if self.options:
             extra += f", options={self.options!r}"
         return f"KernelSource({str.__repr__(self)}, entry={self.entry!r}{extra})"
-
-
-def _split_options(options: Any, what: str) -> tuple[Any, ...]:
-    """``options`` as a tuple: a str split by shell rules, as pyopencl splits build options;
-    a sequence as it is (a method's are checked where the method is known)."""
-    if isinstance(options, str):
-        try:
-            return tuple(shlex.split(options))
-        except ValueError as e:
-            raise ValueError(f"{what}{options!r} do not split as shell words: {e}") from None
-    if not isinstance(options, Sequence) or isinstance(options, (bytes, bytearray)):
-        raise TypeError(
-            f"{what} are NVRTC option strings, a str or a sequence of str, got {options!r}"
-        )
-    return tuple(options)
-
-
-def _signature(name: str, tt: Sequence[type]) -> str:
-    return f"{name}({', '.join(type_name(t) for t in tt)})"
-
-
-def _method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
-    """The NVRTC options the job's method bodies returned with their sources (each a
-    :class:`KernelSource`), the callees' first: what the config's options are added to."""
-    out: list[str] = []
-    for mi, part in zip((*job.callees, job.mi), sources):
-        options = getattr(part, "options", ())
-        for o in options:
-            if not isinstance(o, str):
-                what = "kernel" if mi is job.mi else "device function"
-                name = mi.method.gf.name
-                raise TypeError(
-                    f"CUDA {what} {name}: its method {_signature(name, mi.method.signature)} "
-                    f"returned KernelSource options={options!r} for {_signature(name, mi.tt)}: "
-                    f"{o!r} ({type(o).__name__}) is not an NVRTC option; options are str, "
-                    "such as '-DREAL=float'"
-                )
-        out.extend(options)
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -186,5 +123,5 @@ def kernel_program(job: CompilerJob) -> tuple[Program, str]:
                 )
     name = getattr(last, "name", None)
     # the methods' own options first; the compiler keyword arguments' are added to them
-    options = _method_options(job, sources) + options
+    options = method_options(job, sources) + options
     return Program("\n".join(sources), name, tuple(sorted(headers.items())), arch, options), entry

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import numpy as np
 import pyopencl as cl
@@ -38,6 +38,10 @@ class Array(DeviceArray[EltypeT_co]):
 class _ArgType:
     """Base of the argument types that stand for one kind of pyopencl object."""
 
+    __argtype_name__: ClassVar[str]
+    #: how to make one, for a MethodError given another kind where every method takes one
+    __argtype_hint__: ClassVar[str]
+
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
 
@@ -46,7 +50,6 @@ class Buffer(_ArgType):
     """The argument type of a raw ``pyopencl.Buffer``: a ``__global``/``__constant`` pointer."""
 
     __argtype_name__ = "Buffer"
-    #: how to make one, for a MethodError given another kind where every method takes one
     __argtype_hint__ = "pass a pyopencl.Buffer (an array's is its .data)"
 
 
@@ -54,7 +57,6 @@ class LocalMemory(_ArgType):
     """The argument type of ``pyopencl.LocalMemory(nbytes)``: a ``__local T *`` parameter."""
 
     __argtype_name__ = "LocalMemory"
-    #: how to make one, for a MethodError given another kind where every method takes one
     __argtype_hint__ = "pass pyopencl.LocalMemory(nbytes), nbytes the bytes each work group gets"
 
 
@@ -62,7 +64,6 @@ class Image(_ArgType):
     """The argument type of a ``pyopencl.Image``: an ``image2d_t``/``image3d_t``/... parameter."""
 
     __argtype_name__ = "Image"
-    #: how to make one, for a MethodError given another kind where every method takes one
     __argtype_hint__ = "pass a pyopencl.Image"
 
 
@@ -70,7 +71,6 @@ class Sampler(_ArgType):
     """The argument type of a ``pyopencl.Sampler``: a ``sampler_t`` parameter."""
 
     __argtype_name__ = "Sampler"
-    #: how to make one, for a MethodError given another kind where every method takes one
     __argtype_hint__ = "pass a pyopencl.Sampler"
 
 

@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyopencl as cl
 
-from ... import launching
 from ...compiler import CompilerJob, users_error
+from ...signatures import signature
 from ...types import (
     Struct,
     type_name,
@@ -39,8 +39,10 @@ _QUALIFIERS = frozenset(
     {"const", "volatile", "restrict", "__restrict", "__private", "private", "__global"}
     | {"global", "__constant", "constant", "__local", "local"}
 )
-_PART_NAMES = {v: k for k, v in _SCALAR_PARAMS.items() if " " not in k and k[0] != "u"}
-_PART_NAMES[("int", 1)] = "char"
+_PART_NAMES = {
+    **{v: k for k, v in _SCALAR_PARAMS.items() if " " not in k and k[0] != "u"},
+    ("int", 1): "char",
+}
 
 
 class _Layout(NamedTuple):
@@ -259,7 +261,7 @@ def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str =
                 pass
         raise users_error(
             TypeError(
-                f"kernel {launching.signature(job.name, job.mi.tt)}: parameter {i}"
+                f"kernel {signature(job.name, job.mi.tt)}: parameter {i}"
                 f"{f' ({pname})' if pname else ''} is declared {declared!r} in the kernel source, "
                 f"but the method's signature gives it {theirs}: {why}. Make the annotation match "
                 "the C declaration (or the declaration the annotation); nothing was launched"

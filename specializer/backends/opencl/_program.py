@@ -1,101 +1,48 @@
 """Programs: ``KernelSource``, build options, the per-context program cache, the
-``OpenCLBackend`` (compile, link), ``LinkedKernel`` and its argument-set records, and the
-messages of a failed build or launch (a work size's error among them).
+``OpenCLBackend`` (compile, link, a failed build's message), ``LinkedKernel`` and its
+argument-set records. A failed launch's messages are :mod:`._failures`'.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
-import struct
 import weakref
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any, cast
 
-import numpy as np
 import pyopencl as cl
-import pyopencl.array as cla
 
-from ... import includes, launching
+from ... import includes
 from ...compiler import Backend, CompileError, CompilerJob
 from ...locks import new_lock
-from ...types import (
-    type_name,
-    weak_overflow,
-)
+from ...signatures import signature
+from ...sources import KernelSource as _KernelSource
+from ...sources import method_options
 from .. import _pyopencl_private as _private
-from ._args import _packer
 from ._cdecl import _check_params
 from ._decorators import _definitions
+from ._failures import _FAILURES as _FAILURES  # (for _launch, as are the three below)
+from ._failures import _bad_array as _bad_array
+from ._failures import _failed as _failed
+from ._failures import _size_error as _size_error
 from ._queues import _ContextKey
-from ._sizes import _sizes
 
 _private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
 
 
-class KernelSource(str):
-    """A method's OpenCL C source with the build options it needs: ``KernelSource(source,
-    options=("-DT=float",))``, the options built from the method's concrete types.
+class KernelSource(_KernelSource):
+    """A method's OpenCL C source with the build options its concrete types need:
+    ``KernelSource(source, options=("-DT=float",))``, a sequence of str or one str split by
+    shell rules as pyopencl splits it. They join the program's key, and the launch's own
+    ``options=`` come after them; a device function's apply to the whole program, the
+    callees' first (``docs/arguments.md``, "Options from a method")."""
 
-    ``options`` are OpenCL build options: a sequence of str, or one str split by shell rules
-    as pyopencl splits it (``"-DVAL='1+2' -DW=1"`` is two options). They are part of the
-    program's key (two element types, two option sets: two programs), and the launch's own
-    ``options=`` are added after them. A device function (callee) may return one too: the
-    options of every part of the program apply to the whole program, the callees' first
-    (dependencies first), then the kernel's, then the launch's. An option that is not a str
-    is a ``TypeError`` naming the method when its kernel is compiled. A ``KernelSource`` is a
-    ``str`` (its source), so the core treats it as any source."""
-
-    __slots__ = ("options",)
-    options: tuple[Any, ...]
-
-    def __new__(cls, source: str, *, options: str | Sequence[str] = ()) -> KernelSource:
-        if not isinstance(source, str):
-            raise TypeError(f"KernelSource takes the source as a str, got {type(source).__name__}")
-        self = super().__new__(cls, source)
-        self.options = _split_options(options, "KernelSource options=")
-        return self
-
-    def __repr__(self) -> str:
-        return f"KernelSource({str.__repr__(self)}, options={self.options!r})"
-
-
-def _split_options(options: Any, what: str) -> tuple[Any, ...]:
-    """``options`` as a tuple: a str split by shell rules, as pyopencl's build splits one; a
-    sequence as it is (its items are checked where the method is known)."""
-    if isinstance(options, str):
-        try:
-            return tuple(shlex.split(options))
-        except ValueError as e:
-            raise ValueError(f"{what}{options!r} do not split as shell words: {e}") from None
-    if not isinstance(options, Sequence) or isinstance(options, (bytes, bytearray)):
-        raise TypeError(
-            f"{what} are OpenCL build options, a str or a sequence of str, got {options!r}"
-        )
-    return tuple(options)
-
-
-def _method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
-    """The build options the job's method bodies returned with their sources (each a
-    :class:`KernelSource`), the callees' first: what the launch's options are added to."""
-    out: list[str] = []
-    for mi, part in zip((*job.callees, job.mi), sources):
-        options = getattr(part, "options", ())
-        for o in options:
-            if not isinstance(o, str):
-                what = "kernel" if mi is job.mi else "device function"
-                name = mi.method.gf.name
-                raise TypeError(
-                    f"OpenCL {what} {name}: its method "
-                    f"{launching.signature(name, mi.method.signature)} returned KernelSource "
-                    f"options={options!r} for {launching.signature(name, mi.tt)}: {o!r} "
-                    f"({type(o).__name__}) is not a build option; options are str, such as "
-                    "'-DT=float'"
-                )
-        out.extend(options)
-    return tuple(out)
+    __slots__ = ()
+    BACKEND = "OpenCL"
+    OPTIONS = "OpenCL build options"
+    OPTION = "a build option"
 
 
 @dataclass(frozen=True)
@@ -178,7 +125,7 @@ class LinkedKernel:
         ]
 
     def __repr__(self) -> str:
-        return f"<LinkedKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
+        return f"<LinkedKernel {signature(self.name, self.tt)} in {self.context!r}>"
 
 
 def _param_names(source: str, name: str) -> list[str]:
@@ -192,152 +139,6 @@ def _param_names(source: str, name: str) -> list[str]:
         w = re.findall(r"[A-Za-z_]\w*", p)
         names.append(w[-1] if w else "?")
     return names
-
-
-def _describe(linked: LinkedKernel, i: int) -> str:
-    name = linked.params[i] if i < len(linked.params) else None
-    what = f"parameter {i}" + (f" ({name})" if name else "")
-    return f"{what} of kernel {launching.signature(linked.name, linked.tt)}"
-
-
-def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
-    if a.context is not None and a.context.int_ptr != linked.context_ptr:
-        raise ValueError(
-            f"the array for {_describe(linked, i)} is an array of {a.context!r}, but the "
-            f"kernel runs in {linked.context!r}: a kernel can use only memory of its queue's "
-            "context: make it on a queue of that context, or launch on a queue of its context"
-        )
-    if a.offset:
-        what = f"starts at byte {a.offset} of its buffer (a view)"
-    else:
-        what = f"is not contiguous (shape {a.shape}, strides {a.strides})"
-    raise ValueError(
-        f"the array for {_describe(linked, i)} {what}: a kernel gets a buffer pointer, so pass "
-        "a C- or F-contiguous array that starts at its buffer's start (for a view, view.copy())"
-    )
-
-
-def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
-    """A work size's error (from :func:`_sizes`) naming the kernel, which the launch raises
-    from its own frame; None for another error (raised as it is)."""
-    named = f"kernel {launching.signature(linked.name, linked.tt)}: {error}"
-    if type(error) is TypeError:
-        return TypeError(named)
-    return ValueError(named) if type(error) is ValueError else None
-
-
-def _work_group_problem(
-    linked: LinkedKernel, g: tuple[int, ...], ls: tuple[int, ...]
-) -> str | None:
-    """Which rule a local size the device refused breaks, and what to do (None: not found)."""
-    lss = ls[0] if len(ls) == 1 else ls
-    for d, (n, m) in enumerate(zip(g, ls)):
-        if n % m:
-            at = "" if len(g) == 1 else f" in dimension {d} of local_size {ls}, global_size {g}"
-            return (
-                f"local_size {m} does not divide global_size {n} ({n} % {m} = {n % m}){at}: "
-                f"pick a local size that divides it, or pad global_size to a multiple of {m} "
-                f"({-(-n // m) * m}) and have the kernel skip the work-items past {n}"
-            )
-    items = int(np.prod(ls))
-    for device in linked.program.get_info(cl.program_info.DEVICES):
-        if items > device.max_work_group_size:
-            return (
-                f"local_size {lss} has {items} work-items, more than the device's limit of "
-                f"{device.max_work_group_size} per work group ({device.name.strip()}): use a "
-                "smaller local size"
-            )
-        for d, (m, most) in enumerate(zip(ls, device.max_work_item_sizes)):
-            if m > most:
-                return (
-                    f"local_size {lss} has {m} work-items in dimension {d}, more than the "
-                    f"device's limit of {most} there ({device.name.strip()}): use a smaller "
-                    "local size"
-                )
-        info = cl.kernel_work_group_info
-        most = linked.kernel.get_work_group_info(info.WORK_GROUP_SIZE, device)
-        if items > most:
-            return (
-                f"local_size {lss} has {items} work-items, more than the {most} this kernel "
-                f"takes on {device.name.strip()} (it uses too many registers or too much local "
-                "memory for more): use a smaller local size"
-            )
-        reqd = tuple(linked.kernel.get_work_group_info(info.COMPILE_WORK_GROUP_SIZE, device))
-        if any(reqd) and reqd != ls + (1,) * (3 - len(ls)):
-            want = reqd[0] if len(ls) == 1 else reqd[: len(ls)]
-            return (
-                f"the kernel's source declares reqd_work_group_size{reqd}, and local_size is "
-                f"{lss}: launch with local_size={want} or change the attribute"
-            )
-    return None
-
-
-# RuntimeError: pyopencl's std::bad_cast for a work size past size_t (an int global_size is
-# not range-checked before the enqueue: checking costs every launch, a failure only itself)
-_FAILURES = (cl.Error, struct.error, OverflowError, TypeError, RuntimeError)
-
-
-def _failed(
-    linked: LinkedKernel,
-    values: tuple[Any, ...],
-    error: Exception,
-    global_size: Any = None,
-    local_size: Any = None,
-) -> Exception | None:
-    """The error that says which argument a failed launch could not set, or which work size
-    the device refused, and why; None for another failure (re-raised as it is). Returned, not
-    raised, so the launch raises it from its own frame (one library frame fewer)."""
-    if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
-        try:
-            _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it
-        except ValueError as e:
-            return _size_error(linked, e)
-    if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
-        g, ls, _ = _sizes(global_size, local_size, None)
-        try:
-            why = _work_group_problem(linked, g, ls) if ls is not None else None
-        except cl.Error:  # a device that does not say: the rules, then
-            why = None
-        return ValueError(
-            f"kernel {launching.signature(linked.name, linked.tt)}: "
-            + (
-                why
-                or f"the device refused local_size={local_size!r} with global_size="
-                f"{global_size!r}: a local size must divide the global size in each "
-                "dimension, fit the device's and the kernel's work-group limits, and match a "
-                "reqd_work_group_size attribute"
-            )
-        )
-    for i, (t, v) in enumerate(zip(linked.tt, values)):
-        if isinstance(error, (struct.error, OverflowError)) and isinstance(v, (int, float)):
-            try:
-                _packer(t)(v)
-            except (struct.error, OverflowError):
-                return weak_overflow(v, t, _describe(linked, i))  # the core's error
-    if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
-        probe = cl.Kernel(linked.program, linked.name)
-        for i, (t, v) in enumerate(zip(linked.tt, values)):
-            try:
-                _set_one(probe, i, t, v)
-            except cl.Error as e:
-                return TypeError(
-                    f"OpenCL refused the value for {_describe(linked, i)}, typed "
-                    f"{type_name(t)} by the method's signature: {e}. The kernel source "
-                    "declares that parameter with another type or size: make the "
-                    "annotation match the C declaration"
-                )
-    return None
-
-
-def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
-    if isinstance(v, cla.Array):
-        knl.set_arg(i, v.base_data)
-    elif isinstance(v, (int, float)) and not isinstance(v, np.generic):
-        _private.set_arg_buf(knl)(i, _packer(t)(v))
-    elif isinstance(v, (np.generic, np.ndarray)):
-        _private.set_arg_buf(knl)(i, v)
-    else:
-        knl.set_arg(i, v)
 
 
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
@@ -457,11 +258,11 @@ class OpenCLBackend(Backend):
                 line = text.count("\n", 0, text.index("\0")) + 1
                 what = "kernel" if mi is job.mi else "device function"
                 raise CompileError(
-                    f"the source of OpenCL {what} {launching.signature(mi.method.gf.name, mi.tt)}"
+                    f"the source of OpenCL {what} {signature(mi.method.gf.name, mi.tt)}"
                     f" has a NUL character on its line {line}: OpenCL C source is text, and "
                     "a compiler would read it only up to there"
                 )
-        return OpenCLSource(job.name, "\n\n".join(sources), _method_options(job, sources))
+        return OpenCLSource(job.name, "\n\n".join(sources), method_options(job, sources))
 
     def _build(self, job: CompilerJob, artifact: OpenCLSource, context: cl.Context) -> _Built:
         source = artifact.source
@@ -485,7 +286,7 @@ class OpenCLBackend(Backend):
         except cl.Error as e:
             log = _build_log(program, context, e)
             raise CompileError(
-                f"OpenCL kernel {launching.signature(job.name, job.mi.tt)} does not build "
+                f"OpenCL kernel {signature(job.name, job.mi.tt)} does not build "
                 f"(build options: {' '.join(options) or 'none'}):\n{log}{_callee_hint(log)}\n"
                 f"--- its source (the callees', then the kernel's) ---\n{_numbered(source)}"
             ) from None
@@ -501,13 +302,13 @@ class OpenCLBackend(Backend):
         ctx = context.context()
         if ctx is None:
             raise RuntimeError("the context of this lookup was dropped")
-        signature = launching.signature(job.name, job.mi.tt)
+        sig = signature(job.name, job.mi.tt)
         built = self._build(job, artifact, ctx)
         try:
             knl = cl.Kernel(built.program, job.name)
         except cl.Error:
             raise CompileError(
-                f"the source of OpenCL kernel {signature} defines no __kernel named "
+                f"the source of OpenCL kernel {sig} defines no __kernel named "
                 f"{job.name!r} (it defines: {built.names or 'none'}); a method body returns "
                 "source that defines a __kernel function named like the method"
             ) from None
@@ -515,7 +316,7 @@ class OpenCLBackend(Backend):
         if nargs != len(job.mi.tt):
             raise CompileError(
                 f"OpenCL kernel {job.name} takes {nargs} parameter(s), but its method's "
-                f"signature {signature} has {len(job.mi.tt)} (captured values count): "
+                f"signature {sig} has {len(job.mi.tt)} (captured values count): "
                 "annotate one parameter per kernel parameter"
             )
         _check_params(job, knl, ctx, artifact.source)
@@ -529,7 +330,3 @@ class OpenCLBackend(Backend):
         if built is None or built is linked.built:
             return linked
         return self.link(job, artifact, context)  # finds `built` (held here) in _programs
-
-
-# The kernel's own parameter types (SPEC 8), from kernel argument info: OpenCL C's scalar
-# types (vectors of them: 2, 3 (stored as 4), 4, 8 or 16), and what kind each is.
