@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
@@ -83,9 +84,18 @@ _ATTRS_LOCK = new_lock(reentrant=False)
 #: every launcher's front_attr and where_attr: each name is one launcher's, whatever its
 #: definitions (names only: a launcher lives as long as its definitions' kernels do)
 _TAKEN_ATTRS: frozenset[str] = frozenset()
-#: the defaults a launch option may have
-#: miss: a kernel launched with arguments of up to this many types in turn does not miss
+#: a kernel launched with arguments of up to this many types in turn, or with up to this
+#: many sets of compiler kwargs in turn (each with its types), does not miss
 CHAIN = 4
+
+
+#: whether this thread's miss is trying an entry of the chain for other kwargs (whose own
+#: miss then takes the slow path)
+class _Trying(threading.local):
+    active = False
+
+
+_trying = _Trying()
 #: how many times a miss asks a `where` block and ``resolve`` again, together, before it
 #: calls their disagreement the back-end's (see Launcher._recognized)
 _WHERE_TRIES = 8
@@ -138,12 +148,26 @@ class Launcher:
     #: parameters (an array's or a struct's dtype) besides its class: the core's two, and
     #: those the back-end's ``guard`` block adds
     guard_kinds: ClassVar[dict[str, bool]] = {"cls": False, "cls_dtype": True}
+    #: what the core's messages call a launch of this back-end ("launch of kernel k is
+    #: missing ...", "a launch here would hang"): a noun, e.g. "kernel call"
+    launch_name: ClassVar[str] = "launch"
+    #: whether a fork of a process that used the back-end's device may use it too (then
+    #: check_fork raises nothing); by default not
+    fork_safe: ClassVar[bool] = False
+    #: what a fork means for the back-end, said in its fork error (``{launch}``: launch_name)
+    fork_consequence: ClassVar[str] = (
+        "device contexts and queues do not survive fork, so a {launch} here would hang"
+    )
 
     def __init__(self, definitions: Definitions) -> None:
         self.definitions = definitions
         self.typeof = definitions.typeof
         check_backend(self)  # a back-end's mistake, refused now (entry_templates)
         self._own_attrs(definitions)
+        _world.declare_fork(  # under the name check_fork gives world.check_fork
+            f"specializer's {self.name} back-end",
+            None if self.fork_safe else self.fork_consequence.format(launch=self.launch_name),
+        )
         self.other = self._make_other()
         self._misses = 0
         self._misses_lock = new_lock(reentrant=False)
@@ -266,16 +290,23 @@ class Launcher:
         return bound
 
     def _factory(
-        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
+        self,
+        full: tuple[type, ...],
+        resolved: tuple[type, ...],
+        ncaptured: int,
+        instance: bool,
+        classes: tuple[type | None, ...] | None = None,
     ) -> Callable[..., Any]:
-        ident = (full, resolved, ncaptured, instance)
+        ident = (full, resolved, ncaptured, instance, classes)
         factory = self._factories.get(ident)
         if factory is not None:
             return factory
         with self._factories_lock():
             factory = self._factories.get(ident)
             if factory is None:
-                parts, namespace, params = self.template_params(full, resolved, ncaptured, instance)
+                parts, namespace, params = self.template_params(
+                    full, resolved, ncaptured, instance, classes
+                )
                 factory = codegen.generate(
                     self.template,
                     parts,
@@ -287,10 +318,17 @@ class Launcher:
         return factory
 
     def template_params(
-        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
+        self,
+        full: tuple[type, ...],
+        resolved: tuple[type, ...],
+        ncaptured: int,
+        instance: bool,
+        classes: tuple[type | None, ...] | None = None,
     ) -> tuple[tuple[str, ...], dict[str, Any], dict[str, Any]]:
         """The generated function's name parts, globals and template parameters for one
-        signature (what ``tools/regen_generated.py`` renders for review too)."""
+        signature (what ``tools/regen_generated.py`` renders for review too). ``classes``,
+        one per launch argument: a class its guard checks in place of ``guard_of``'s (a
+        subclass's, see :meth:`miss`), or None."""
         guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
         namespace = {
             "_TASK": _world.task_cell,
@@ -298,14 +336,20 @@ class Launcher:
             "_REQUIRED": REQUIRED,
             **namespace,
         }
+        declared = []
         for i, t in enumerate(full[ncaptured:], ncaptured):
             kind, cls, dtype = self.guard_of(t)
             check_guard(self, t, kind)
-            namespace[f"_C{i}"] = cls
+            declared.append((t, kind, cls, dtype))
+            own = None if classes is None else classes[i - ncaptured]
+            namespace[f"_C{i}"] = cls if own is None else own
             namespace[f"_D{i}"] = dtype
+        namespace["_GUARDS"] = tuple(declared)  # what a miss checks its arguments against
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
+        if classes is not None:
+            parts += tuple(f"as_{c.__name__}" for c in classes if c is not None)
         return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
 
     def _params(
@@ -339,34 +383,111 @@ class Launcher:
         }
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        """A launch that its front entry does not hold: type the arguments, look up, publish
-        a new front entry, launch. ``opts`` are the launch options, then the lifted compiler
-        kwargs (``NOTHING`` where not given)."""
+        """A launch that its front entry does not hold: an entry of the kernel's chain for
+        other compiler kwargs if one holds it (:meth:`_alternate`), else the slow path: type
+        the arguments, look up, publish a new front entry, launch. ``opts`` are the launch
+        options, then the lifted compiler kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
         if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
             self.definitions.own(F)
         self.check_fork()
         n = len(self.options)
+        given = opts[:n]
+        w = _world.task_cell()[0]  # before the lookup: see _publish
+        if w is not None and not _trying.active:  # (not a miss of the entry tried here)
+            entry = self._alternate(F, w, opts[n:], kw)
+            if entry is not None:
+                _trying.active = True
+                try:
+                    return entry(f, args, *opts, kw)
+                finally:
+                    _trying.active = False
         for k, v in zip(self.lifted, opts[n:]):
             if v is not NOTHING:
                 kw = {**kw, k: v}
-        given = opts[:n]
         error = call_error(self, F, len(args), given, kw)
         if error is not None:  # raised here: the fewest library frames above the user's line
             raise error
         where, opts = self.resolve(given)  # the launch's one read of a default where
         self.check_args(where, f, args)
         tt = self.argtypes(args, F)
-        w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
         linked = self._lookup(F, tt, key)
         self.check_fork()  # again: a compile hook of the lookup may have forked
         with self._misses_lock():
             self._misses += 1
         run, front, _, where_of = self.bound(linked, tt, F)
+        classes = self._guard_classes(args, front)
+        if classes is not None:  # a subclass's value: an entry whose guard checks its class
+            front = self._front_of(linked, tt, F, classes)
         if self._recognized(where, given, where_of):
             self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
+
+    def _alternate(self, F: Any, w: int, lifted: tuple[Any, ...], kw: dict[str, Any]) -> Any:
+        """The entry of ``F``'s chain for world ``w`` and these compiler kwargs (``lifted``:
+        the lifted ones' values, ``kw`` the others) that its newest entry, published for
+        other kwargs, keeps (its ``alternates``), or None: a kernel launched with kwargs that
+        alternate does not miss. The entry checks the rest (the where, the arguments)."""
+        for entry in getattr(getattr(F, self.front_attr, None), "alternates", ()):
+            made = entry.chain
+            if made[0] == w and made[3] == lifted and made[2] == kw:
+                return entry
+        return None
+
+    def _guard_classes(self, args: tuple[Any, ...], front: Any) -> tuple[type | None, ...] | None:
+        """Whether the launch arguments ``args`` pass the guards of the entries ``front``
+        makes, for the core's guard kinds: None when they do; else, per argument, the class
+        a guard must check in place of ``guard_of``'s (a value of a subclass, an ``IntEnum``
+        for ``Weak[int]``, or of another class of the type, a pooled buffer), or None. A
+        ``guard_of`` that returns a class no value has (an argument type, ``Weak[int]`` for
+        int) or a dtype other than the argument's is the back-end's mistake, which would make
+        every launch take the slow path: a ``TypeError`` naming it."""
+        guards = getattr(front, "__globals__", {}).get("_GUARDS", ())
+        classes: list[type | None] | None = None
+        for j, (a, (t, kind, cls, dtype)) in enumerate(zip(args, guards)):
+            if kind != "cls" and kind != "cls_dtype":
+                continue  # a back-end's own kind: its template's check
+            c = a.__class__
+            if kind == "cls_dtype" and not (a.dtype is dtype or a.dtype == dtype):
+                raise self._guard_error(t, f"dtype {dtype!r}", f"{a.dtype!r}", "t.dtype")
+            if c is cls:
+                continue
+            if not isinstance(cls, type) or issubclass(cls, self.definitions.argtypes):
+                raise self._guard_error(
+                    t, f"class {cls!r}", type_name(c), "the class of the values typeof maps to it"
+                )
+            if classes is None:
+                classes = [None] * len(guards)
+            classes[j] = c
+        return None if classes is None else tuple(classes)
+
+    def _guard_error(self, t: type, returned: str, actual: str, fix: str) -> TypeError:
+        return TypeError(
+            f"back-end {self.name!r}: guard_of({type_name(t)}) returned {returned}, which no "
+            f"argument of type {type_name(t)} has (this one's is {actual}): the guard of "
+            f"every front entry for it would fail, and every {self.launch_name} would take the "
+            f"slow path. Return {fix} (see docs/backend.md, 'Guards')"
+        )
+
+    def _front_of(
+        self, linked: Any, tt: tuple[type, ...], F: Any, classes: tuple[type | None, ...]
+    ) -> Any:
+        """The maker of front entries for lookup types ``tt`` whose guards check ``classes``
+        (where not None) in place of ``guard_of``'s, bound to ``linked`` once (as
+        :meth:`bound`)."""
+        instance = not isinstance(F, Kernel)
+        ident = (self.front_attr, tt, instance, classes)
+        b = linked.bound.get(ident)
+        if b is None:
+            captured = _captured(F)
+            factory = self._factory(
+                captured + tt, tuple(linked.tt), len(captured), instance, classes
+            )
+            b = linked.bound.setdefault(
+                ident, factory(linked, self.miss, self.mismatch, self.unknown)
+            )
+        return b[1]
 
     @property
     def misses(self) -> int:
@@ -411,18 +532,27 @@ class Launcher:
             lifted = tuple(kw.pop(k, NOTHING) for k in self.lifted)
             table = self.where_table(where)
             # The entry this one replaces for the same world, where and kwargs (arguments of
-            # other types) comes next, up to CHAIN entries: alternating types do not miss.
+            # other types) comes next, up to CHAIN entries: alternating types do not miss; one
+            # for other kwargs is kept with the new one's alternates, which a miss tries.
             # (a where table keys kernels by their token, each dropped when it goes: _keep)
             prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
             made = getattr(prev, "chain", None)
-            depth = 0
-            if made is not None and made[1] is where and made[0] == w and made[2:4] == (kw, lifted):
-                depth = made[4] + 1
-            if depth == 0 or depth >= CHAIN:
-                prev, depth = None, 0
-            entry = front(w, where, kw, weakref.ref(F), self.other, prev, *lifted)
-            entry.chain = (w, where, kw, lifted, depth)  # what the next publication compares
+            same, depth, alternates = None, 0, ()
+            if made is not None and made[1] is where and made[0] == w:
+                if made[2:4] == (kw, lifted):  # arguments of other types: its _next
+                    same, alternates = prev, prev.alternates
+                else:  # other kwargs: kept, with those before, for a miss to try
+                    same = next((e for e in prev.alternates if e.chain[2:4] == (kw, lifted)), None)
+                    alternates = (prev, *(e for e in prev.alternates if e is not same))
+                    alternates = alternates[: CHAIN - 1]
+                depth = 0 if same is None else same.chain[4] + 1
+            chained = same if 0 < depth < CHAIN else None
+            entry = front(w, where, kw, weakref.ref(F), self.other, chained, *lifted)
+            entry.chain = (w, where, kw, lifted, depth % CHAIN)  # what the next one compares
+            entry.alternates = alternates  # the newest entry's only: what _alternate tries
+            if made is not None:  # no longer the newest: keeps none (so none pile up)
+                prev.alternates = ()
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too

@@ -1,0 +1,346 @@
+"""A back-end author's traps, closed (issue 33, item 7): what used to make every launch take
+the slow path without a word, and what the core's messages said for every back-end.
+
+- a ``guard_of`` that returns a class no value of the type has is refused, naming it;
+- a value of a subclass of its guard's class (an ``IntEnum``, a numpy scalar subclass) hits
+  from its second launch, through an entry whose guard checks its own class;
+- a kernel launched with compiler kwargs that alternate hits, as one launched with argument
+  types that alternate does;
+- a back-end names its own launch in the core's messages and declares what a fork means for it.
+"""
+
+import enum
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pyopencl.array as cla
+import pytest
+
+from specializer import world
+from specializer.backends import opencl as cl
+from specializer.kernels import Definitions
+
+# -- guard_of: checked on the miss -----------------------------------------------------------
+
+
+def _launcher(guard_of=None, **attrs):
+    from pybackend import PyLauncher, py
+
+    class TrapLauncher(PyLauncher):
+        name = "traps"
+        front_attr = "_traps_front"
+
+    for k, v in attrs.items():
+        setattr(TrapLauncher, k, v)
+    if guard_of is not None:
+        TrapLauncher.guard_of = guard_of
+    definitions = Definitions(py.typeof, "traps")
+    return TrapLauncher(definitions, py.backend), definitions
+
+
+def test_a_guard_of_that_returns_the_weak_type_itself_is_refused_naming_it():
+    # Weak[int] for int: no value's class is Weak[int], so every launch would miss.
+    from pybackend import PyLauncher
+
+    def weak_itself(self, t):
+        kind, cls, dtype = PyLauncher.guard_of(self, t)
+        return (kind, t, dtype) if hasattr(t, "pytype") else (kind, cls, dtype)
+
+    launcher, definitions = _launcher(weak_itself)
+
+    @definitions.kernel
+    def keep(v: np.int64) -> str:
+        return "def keep(i, v): pass"
+
+    with pytest.raises(TypeError) as e:
+        launcher.launch(keep, 5, size=1)
+    assert str(e.value) == (
+        "back-end 'traps': guard_of(Weak[int]) returned class Weak[int], which no argument of "
+        "type Weak[int] has (this one's is int): the guard of every front entry for it would "
+        "fail, and every launch would take the slow path. Return the class of the values "
+        "typeof maps to it (see docs/backend.md, 'Guards')"
+    )
+    assert launcher.misses == 1  # refused before anything was published or launched
+
+
+def test_a_guard_of_that_returns_another_dtype_is_refused_naming_both():
+    from pybackend import Array, PyLauncher
+
+    def wrong_dtype(self, t):
+        kind, cls, dtype = PyLauncher.guard_of(self, t)
+        return (kind, cls, np.dtype(np.float64)) if issubclass(t, Array) else (kind, cls, dtype)
+
+    launcher, definitions = _launcher(wrong_dtype)
+
+    @definitions.kernel(localns=locals())
+    def fill(x: Array[np.float32]) -> str:
+        return "def fill(i, x): x[i] = 1"
+
+    x = np.zeros(2, np.float32)
+    with pytest.raises(TypeError, match=r"guard_of\(Array\[np\.float32\]\) returned dtype "):
+        launcher.launch(fill, x, size=2)
+    assert not x.any()
+
+
+def test_a_right_guard_of_hits_from_the_second_launch():
+    launcher, definitions = _launcher()
+
+    @definitions.kernel
+    def twice(v: np.float32) -> str:
+        return "def twice(i, v): pass"
+
+    for _ in range(5):
+        launcher.launch(twice, np.float32(1), size=1)
+        launcher.launch(twice, 2.0, size=1)
+    assert launcher.misses == 2
+
+
+# -- values of a subclass of the guard's class --------------------------------------------
+
+
+class Color(enum.IntEnum):
+    RED = 1
+    GREEN = 2
+
+
+class Mine(np.float32):
+    pass
+
+
+def test_a_value_of_a_subclass_of_its_guards_class_hits_from_its_second_launch():
+    from pybackend import py
+
+    value, plain = Mine(2.0), np.float32(3)
+
+    @py.kernel
+    def store(x: py.Array[np.float64], v: np.number) -> str:
+        return "def store(i, x, v): x[i] += v"
+
+    x = np.zeros(1)
+    before = py.launcher.misses
+    for _ in range(6):
+        py.launch(store, x, value, size=1)
+    assert py.launcher.misses == before + 1
+    assert x[0] == 6 * float(value)
+    for _ in range(3):  # a value of the guard's class itself, in turn with it: chained
+        py.launch(store, x, plain, size=1)
+        py.launch(store, x, value, size=1)
+    assert py.launcher.misses == before + 2
+    assert x[0] == 9 * float(value) + 3 * float(plain)
+
+
+def test_an_opencl_intenum_and_numpy_subclass_hit_from_their_second_launch(queue):
+    @cl.kernel
+    def put(x: cl.Array[np.int32], v: np.int32) -> str:
+        return "__kernel void put(__global int *x, int v) { x[get_global_id(0)] += v; }"
+
+    x = cla.zeros(queue, 1, np.int32)
+
+    class I32(np.int32):
+        pass
+
+    before = cl._launcher.misses
+    for _ in range(4):
+        cl.launch(put, x, Color.GREEN, global_size=1, queue=queue)
+    for _ in range(4):
+        cl.launch(put, x, I32(3), global_size=1, queue=queue)
+    assert cl._launcher.misses == before + 2
+    assert x.get().tolist() == [4 * 2 + 4 * 3]
+
+
+@pytest.fixture
+def queue():
+    return cl.default_queue()
+
+
+# -- compiler kwargs that alternate --------------------------------------------------------
+
+
+def test_launches_with_and_without_a_compiler_kwarg_in_turn_hit_after_the_first_of_each():
+    from pybackend import py
+
+    @py.kernel
+    def add(x: py.Array[np.float64]) -> str:
+        return "def add(i, x): x[i] += STEP"
+
+    x = np.zeros(1)
+    before = py.launcher.misses
+    for _ in range(5):
+        py.launch(add, x, size=1, defines={"STEP": 1})
+        py.launch(add, x, size=1, defines={"STEP": 10})
+        py.launch(add, x, size=1, defines={"STEP": 100})
+    assert py.launcher.misses == before + 3
+    assert x[0] == 5 * 111
+
+
+def test_opencl_launches_with_and_without_a_lifted_kwarg_in_turn_hit(queue):
+    @cl.kernel
+    def bump(x: cl.Array[np.int32]) -> str:
+        return (
+            "__kernel void bump(__global int *x) { x[get_global_id(0)] += STEP; }\n"
+            "#ifndef STEP\n#error STEP\n#endif"
+        )
+
+    x = cla.zeros(queue, 1, np.int32)
+    before = cl._launcher.misses
+    for _ in range(5):
+        cl.launch(bump, x, global_size=1, queue=queue, options=("-DSTEP=1",))
+        cl.launch(bump, x, global_size=1, queue=queue, options=("-DSTEP=20",))
+    assert cl._launcher.misses == before + 2
+    assert x.get().tolist() == [5 * 21]
+
+
+def test_kwargs_that_alternate_with_types_that_alternate_hit_and_run_their_own_code():
+    from pybackend import py
+
+    @py.kernel
+    def add(x: py.Array[np.generic]) -> str:
+        return "def add(i, x): x[i] += STEP"
+
+    a, b = np.zeros(1, np.float32), np.zeros(1, np.int64)
+    before = py.launcher.misses
+    for _ in range(4):
+        for arr in (a, b):
+            py.launch(add, arr, size=1, defines={"STEP": 1})
+            py.launch(add, arr, size=1, defines={"STEP": 3})
+    assert py.launcher.misses == before + 4
+    assert a[0] == b[0] == 16
+    # more sets of kwargs than the chain keeps: still each its own code
+    from specializer.launching import CHAIN
+
+    for _ in range(2):
+        for step in range(CHAIN + 2):
+            py.launch(add, a, size=1, defines={"STEP": step})
+    assert a[0] == 16 + 2 * sum(range(CHAIN + 2))
+
+
+def test_an_entry_for_other_kwargs_never_runs_an_older_worlds_code():
+    from pybackend import py
+
+    @py.kernel
+    def mark(x: py.Array[np.float64]) -> str:
+        return "def mark(i, x): x[i] = STEP"
+
+    x = np.zeros(1)
+    for _ in range(2):
+        py.launch(mark, x, size=1, defines={"STEP": 1})
+        py.launch(mark, x, size=1, defines={"STEP": 2})
+
+    @py.kernel
+    def mark(x: py.Array[np.float64]) -> str:
+        return "def mark(i, x): x[i] = 10 * STEP"
+
+    py.launch(mark, x, size=1, defines={"STEP": 1})
+    assert x[0] == 10
+    py.launch(mark, x, size=1, defines={"STEP": 2})
+    assert x[0] == 20
+
+
+def test_the_entries_kept_for_other_kwargs_stay_bounded():
+    from pybackend import py
+
+    from specializer.launching import CHAIN
+
+    @py.kernel
+    def count(x: py.Array[np.float64]) -> str:
+        return "def count(i, x): x[i] += 1"
+
+    x = np.zeros(1)
+    for step in range(50):
+        py.launch(count, x, size=1, defines={"N": step})
+    newest = getattr(count, py.launcher.front_attr)
+    assert len(newest.alternates) == CHAIN - 1
+    assert all(e.alternates == () for e in newest.alternates)
+
+
+# -- the launch's name and the fork ---------------------------------------------------------
+
+
+def test_a_back_end_names_its_own_launch_in_the_cores_messages():
+    launcher, definitions = _launcher(launch_name="kernel call")
+
+    @definitions.kernel
+    def one(v: np.float32) -> str:
+        return "def one(i, v): pass"
+
+    with pytest.raises(TypeError, match=r"^kernel call of kernel one is missing the required"):
+        launcher.launch(one, np.float32(1))
+    with pytest.raises(TypeError, match=r"but the kernel call gave 2"):
+        launcher.launch(one, np.float32(1), np.float32(2), size=1)
+
+
+def test_the_fork_error_says_what_the_back_end_declared(monkeypatch):
+    monkeypatch.setattr(world, "snapshot", world.snapshot._replace(forked=True))
+    monkeypatch.setattr(world, "_fork_rules", {})
+    with pytest.raises(RuntimeError) as e:
+        world.check_fork("specializer's x back-end")
+    assert "so a launch here would hang: start worker processes with" in str(e.value)
+    _launcher(launch_name="kernel call")
+    with pytest.raises(RuntimeError) as e:
+        world.check_fork("specializer's traps back-end")
+    assert str(e.value).startswith(
+        "this process was forked after specializer's traps back-end was used; device "
+        "contexts and queues do not survive fork, so a kernel call here would hang: start"
+    )
+    _launcher(fork_consequence="its thread pool is the parent's and would deadlock")
+    with pytest.raises(RuntimeError, match="used; its thread pool is the parent's and would"):
+        world.check_fork("specializer's traps back-end")
+    _launcher(fork_safe=True)
+    world.check_fork("specializer's traps back-end")  # nothing raised
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_fork_safe_back_end_launches_in_a_fork_of_its_user():
+    code = textwrap.dedent(
+        """
+        import os, sys
+        import numpy as np
+        from pybackend import PyLauncher, py
+        from specializer.kernels import Definitions
+
+        class Safe(PyLauncher):
+            name = "safe"
+            front_attr = "_safe_front"
+            fork_safe = True
+
+        class Unsafe(PyLauncher):
+            name = "unsafe"
+            front_attr = "_unsafe_front"
+
+        out = []
+        for cls in (Safe, Unsafe):
+            defs = Definitions(py.typeof, cls.name)
+            launcher = cls(defs, py.backend)
+
+            @defs.kernel
+            def put(x: py.Array[np.float64]) -> str:
+                return "def put(i, x): x[i] = 7"
+
+            x = np.zeros(1)
+            launcher.launch(put, x, size=1)
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    launcher.launch(put, np.zeros(1), size=1)
+                    os.write(w, b"ran")
+                except RuntimeError as e:
+                    os.write(w, str(e).encode()[:200])
+                os._exit(0)
+            os.waitpid(pid, 0)
+            out.append(os.read(r, 200).decode())
+        print(out[0])
+        print(out[1])
+        """
+    )
+    here = os.path.dirname(os.path.abspath(__file__))  # pybackend's; the package: PYTHONPATH
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=here, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    safe, unsafe = done.stdout.splitlines()
+    assert safe == "ran"
+    assert unsafe.startswith("this process was forked after specializer's unsafe back-end")
