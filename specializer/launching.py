@@ -160,6 +160,11 @@ class Launcher:
     )
 
     def __init__(self, definitions: Definitions) -> None:
+        if hasattr(self, "link"):  # the name this method had: one name per idea now
+            raise TypeError(
+                f"back-end {self.name!r}: Launcher.link is now Launcher.uncached_lookup (the "
+                "uncached lookup; a Backend's link links one artifact): rename the method"
+            )
         self.definitions = definitions
         self.typeof = definitions.typeof
         check_backend(self)  # a back-end's mistake, refused now (entry_templates)
@@ -175,7 +180,7 @@ class Launcher:
         #: (what its kinds() gives), so each launcher has its own
         self._factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._factories_lock = new_lock(reentrant=False)
-        self.site = LookupSite(definitions, self.V, self.link)
+        self.site = LookupSite(definitions, self.V, self.uncached_lookup)
         self.launch = codegen.generate(
             "launch.py.j2",
             (self.name, "launch"),
@@ -203,7 +208,7 @@ class Launcher:
             )
             definitions.kernel_slots(*definitions.kernel_attrs)
 
-    def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         """The uncached lookup of (F, tt) for ``key``; its result has a ``bound`` dict."""
         raise NotImplementedError
 
@@ -290,23 +295,16 @@ class Launcher:
         return bound
 
     def _factory(
-        self,
-        full: tuple[type, ...],
-        resolved: tuple[type, ...],
-        ncaptured: int,
-        instance: bool,
-        classes: tuple[type | None, ...] | None = None,
+        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
     ) -> Callable[..., Any]:
-        ident = (full, resolved, ncaptured, instance, classes)
+        ident = (full, resolved, ncaptured, instance)
         factory = self._factories.get(ident)
         if factory is not None:
             return factory
         with self._factories_lock():
             factory = self._factories.get(ident)
             if factory is None:
-                parts, namespace, params = self.template_params(
-                    full, resolved, ncaptured, instance, classes
-                )
+                parts, namespace, params = self.template_params(full, resolved, ncaptured, instance)
                 factory = codegen.generate(
                     self.template,
                     parts,
@@ -318,17 +316,10 @@ class Launcher:
         return factory
 
     def template_params(
-        self,
-        full: tuple[type, ...],
-        resolved: tuple[type, ...],
-        ncaptured: int,
-        instance: bool,
-        classes: tuple[type | None, ...] | None = None,
+        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
     ) -> tuple[tuple[str, ...], dict[str, Any], dict[str, Any]]:
         """The generated function's name parts, globals and template parameters for one
-        signature (what ``tools/regen_generated.py`` renders for review too). ``classes``,
-        one per launch argument: a class its guard checks in place of ``guard_of``'s (a
-        subclass's, see :meth:`miss`), or None."""
+        signature (what ``tools/regen_generated.py`` renders for review too)."""
         guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
         namespace = {
             "_TASK": _world.task_cell,
@@ -341,15 +332,12 @@ class Launcher:
             kind, cls, dtype = self.guard_of(t)
             check_guard(self, t, kind)
             declared.append((t, kind, cls, dtype))
-            own = None if classes is None else classes[i - ncaptured]
-            namespace[f"_C{i}"] = cls if own is None else own
+            namespace[f"_C{i}"] = cls
             namespace[f"_D{i}"] = dtype
         namespace["_GUARDS"] = tuple(declared)  # what a miss checks its arguments against
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
-        if classes is not None:
-            parts += tuple(f"as_{c.__name__}" for c in classes if c is not None)
         return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
 
     def _params(
@@ -417,10 +405,9 @@ class Launcher:
         with self._misses_lock():
             self._misses += 1
         run, front, _, where_of = self.bound(linked, tt, F)
-        classes = self._guard_classes(args, front)
-        if classes is not None:  # a subclass's value: an entry whose guard checks its class
-            front = self._front_of(linked, tt, F, classes)
-        if self._recognized(where, given, where_of):
+        # published only if the arguments pass its guards: another class's (a subclass's)
+        # would only push entries that hit out of the chain
+        if self._guards_pass(args, front) and self._recognized(where, given, where_of):
             self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
 
@@ -435,32 +422,32 @@ class Launcher:
                 return entry
         return None
 
-    def _guard_classes(self, args: tuple[Any, ...], front: Any) -> tuple[type | None, ...] | None:
-        """Whether the launch arguments ``args`` pass the guards of the entries ``front``
-        makes, for the core's guard kinds: None when they do; else, per argument, the class
-        a guard must check in place of ``guard_of``'s (a value of a subclass, an ``IntEnum``
-        for ``Weak[int]``, or of another class of the type, a pooled buffer), or None. A
-        ``guard_of`` that returns a class no value has (an argument type, ``Weak[int]`` for
-        int) or a dtype other than the argument's is the back-end's mistake, which would make
-        every launch take the slow path: a ``TypeError`` naming it."""
+    def _guards_pass(self, args: tuple[Any, ...], front: Any) -> bool:
+        """Whether the launch arguments ``args`` pass the core's guards (kinds "cls" and
+        "cls_dtype") of the entries ``front`` makes, checked in Python. A value of another
+        class than its guard's (a subclass, an ``IntEnum`` for ``Weak[int]``; a pooled buffer
+        for a raw buffer) does not: a guard compares classes by identity, and a template may
+        rely on the exact class (OpenCL's argument-set records keep exact numpy scalars only),
+        so each such launch takes the slow path. A ``guard_of`` that returns a class no value
+        has (an argument type: ``Weak[int]`` for int) or a dtype other than the argument's
+        would make every launch take it: a ``TypeError`` naming ``guard_of`` and the type."""
+        passed = True
         guards = getattr(front, "__globals__", {}).get("_GUARDS", ())
-        classes: list[type | None] | None = None
-        for j, (a, (t, kind, cls, dtype)) in enumerate(zip(args, guards)):
+        for a, (t, kind, cls, dtype) in zip(args, guards):
             if kind != "cls" and kind != "cls_dtype":
                 continue  # a back-end's own kind: its template's check
-            c = a.__class__
             if kind == "cls_dtype" and not (a.dtype is dtype or a.dtype == dtype):
                 raise self._guard_error(t, f"dtype {dtype!r}", f"{a.dtype!r}", "t.dtype")
-            if c is cls:
-                continue
-            if not isinstance(cls, type) or issubclass(cls, self.definitions.argtypes):
-                raise self._guard_error(
-                    t, f"class {cls!r}", type_name(c), "the class of the values typeof maps to it"
-                )
-            if classes is None:
-                classes = [None] * len(guards)
-            classes[j] = c
-        return None if classes is None else tuple(classes)
+            if a.__class__ is not cls:
+                if not isinstance(cls, type) or issubclass(cls, self.definitions.argtypes):
+                    raise self._guard_error(
+                        t,
+                        f"class {cls!r}",
+                        type_name(a.__class__),
+                        "the class of the values typeof maps to it",
+                    )
+                passed = False
+        return passed
 
     def _guard_error(self, t: type, returned: str, actual: str, fix: str) -> TypeError:
         return TypeError(
@@ -469,25 +456,6 @@ class Launcher:
             f"every front entry for it would fail, and every {self.launch_name} would take the "
             f"slow path. Return {fix} (see docs/backend.md, 'Guards')"
         )
-
-    def _front_of(
-        self, linked: Any, tt: tuple[type, ...], F: Any, classes: tuple[type | None, ...]
-    ) -> Any:
-        """The maker of front entries for lookup types ``tt`` whose guards check ``classes``
-        (where not None) in place of ``guard_of``'s, bound to ``linked`` once (as
-        :meth:`bound`)."""
-        instance = not isinstance(F, Kernel)
-        ident = (self.front_attr, tt, instance, classes)
-        b = linked.bound.get(ident)
-        if b is None:
-            captured = _captured(F)
-            factory = self._factory(
-                captured + tt, tuple(linked.tt), len(captured), instance, classes
-            )
-            b = linked.bound.setdefault(
-                ident, factory(linked, self.miss, self.mismatch, self.unknown)
-            )
-        return b[1]
 
     @property
     def misses(self) -> int:

@@ -271,7 +271,7 @@ class _CUDALauncher(launching.Launcher):
     #: (np.void, or a one-element array)
     guard_kinds = {**launching.Launcher.guard_kinds, "array": True, "cls_dtype_1": True}
 
-    def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         token, kw = key
         return uncached_lookup(F, tt, compiler_config(kw, token.context()), token)
 
