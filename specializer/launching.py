@@ -151,11 +151,9 @@ class Launcher:
     #: what the core's messages call a launch of this back-end ("launch of kernel k is
     #: missing ...", "a launch here would hang"): a noun, e.g. "kernel call"
     launch_name: ClassVar[str] = "launch"
-    #: whether a fork of a process that used the back-end's device may use it too (then
-    #: check_fork raises nothing); by default not
-    fork_safe: ClassVar[bool] = False
-    #: what a fork means for the back-end, said in its fork error (``{launch}``: launch_name)
-    fork_consequence: ClassVar[str] = (
+    #: what a fork means for the back-end, said in the fork error of a fork of a process that
+    #: used its device (``{launch}``: launch_name); None: fork-safe, a fork may use it too
+    fork_consequence: ClassVar[str | None] = (
         "device contexts and queues do not survive fork, so a {launch} here would hang"
     )
 
@@ -171,7 +169,9 @@ class Launcher:
         self._own_attrs(definitions)
         _world.declare_fork(  # under the name check_fork gives world.check_fork
             f"specializer's {self.name} back-end",
-            None if self.fork_safe else self.fork_consequence.format(launch=self.launch_name),
+            None
+            if self.fork_consequence is None
+            else self.fork_consequence.format(launch=self.launch_name),
         )
         self.other = self._make_other()
         self._misses = 0

@@ -424,8 +424,7 @@ def declare_fork(what: str, consequence: str | None) -> None:
     """Declare what a fork means for ``what`` (the name :func:`check_fork` is given, e.g.
     ``"specializer's opencl back-end"``): ``consequence`` is said in its fork error, in place
     of :data:`FORK_CONSEQUENCE`; None declares it fork-safe, and :func:`check_fork` lets a
-    fork use it. A back-end declares through its ``Launcher``'s ``fork_safe`` and
-    ``fork_consequence``."""
+    fork use it. A back-end declares it with its ``Launcher``'s ``fork_consequence``."""
     _fork_rules[what] = consequence
 
 

@@ -11,11 +11,14 @@ the slow path without a word, and what the core's messages said for every back-e
 - a back-end names its own launch in the core's messages and declares what a fork means for it.
 """
 
+import ast
 import enum
+import inspect
 import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pyopencl.array as cla
@@ -292,7 +295,7 @@ def test_the_fork_error_says_what_the_back_end_declared(monkeypatch):
     _launcher(fork_consequence="its thread pool is the parent's and would deadlock")
     with pytest.raises(RuntimeError, match="used; its thread pool is the parent's and would"):
         world.check_fork("specializer's traps back-end")
-    _launcher(fork_safe=True)
+    _launcher(fork_consequence=None)
     world.check_fork("specializer's traps back-end")  # nothing raised
 
 
@@ -308,7 +311,7 @@ def test_a_fork_safe_back_end_launches_in_a_fork_of_its_user():
         class Safe(PyLauncher):
             name = "safe"
             front_attr = "_safe_front"
-            fork_safe = True
+            fork_consequence = None
 
         class Unsafe(PyLauncher):
             name = "unsafe"
@@ -362,3 +365,57 @@ def test_a_launcher_that_still_defines_link_is_told_its_new_name():
 
     with pytest.raises(TypeError, match=r"Launcher.link is now Launcher.uncached_lookup"):
         Old(Definitions(py.typeof, "old"), py.backend)
+
+
+# -- the reference is the interface ----------------------------------------------------------
+
+#: what the core gives a back-end (documented under "What the core gives a back-end")
+CORE_GIVES = {
+    "argtypes",
+    "bound",
+    "check_fork",
+    "function",
+    "keyword_error",
+    "launch_params",
+    "mismatch",
+    "miss",
+    "misses",
+    "template_params",
+    "tt_of",
+    "unknown",
+}
+
+
+def _reference_listing():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference-backend.md").read_text()
+    start = text.index("```python\nclass Launcher:\n") + len("```python\n")
+    tree = ast.parse(text[start : text.index("```", start)])
+    (cls,) = tree.body
+    return cls.body
+
+
+def test_the_reference_lists_every_member_a_back_end_gives_with_the_classs_defaults():
+    from specializer.launching import HostKernel, Launcher
+
+    documented = {}
+    for node in _reference_listing():
+        if isinstance(node, ast.FunctionDef):
+            params = [a.arg for a in node.args.args]
+            real = list(inspect.signature(getattr(Launcher, node.name)).parameters)
+            assert params == real, node.name
+            documented[node.name] = "method"
+        elif isinstance(node, ast.AnnAssign):
+            name = node.target.id
+            assert node.value is None and name not in Launcher.__dict__, name  # no default
+            assert name in Launcher.__annotations__, name
+            documented[name] = "required"
+        elif isinstance(node, ast.Assign):
+            (target,) = node.targets
+            value = node.value
+            expected = HostKernel if isinstance(value, ast.Name) else ast.literal_eval(value)
+            assert getattr(Launcher, target.id) == expected, target.id
+            documented[target.id] = "default"
+    public = {n for n in (*vars(Launcher), *Launcher.__annotations__) if not n.startswith("_")}
+    assert set(documented) | CORE_GIVES == public
+    assert not set(documented) & CORE_GIVES
+    assert len(documented) == 24  # the interface's size: say so in the docs when it changes
