@@ -89,9 +89,10 @@ _TAKEN_ATTRS: frozenset[str] = frozenset()
 CHAIN = 4
 
 
-#: whether this thread's miss is trying an entry of the chain for other kwargs (whose own
-#: miss then takes the slow path)
 class _Trying(threading.local):
+    """Whether this thread's miss is trying an entry kept for other kwargs (``alternates``):
+    then that entry's own miss takes the slow path rather than try again."""
+
     active = False
 
 
@@ -385,10 +386,10 @@ class Launcher:
         if w is not None and not _trying.active:  # (not a miss of the entry tried here)
             entry = self._alternate(F, w, opts[n:], kw)
             if entry is not None:
-                _trying.active = True
                 try:
+                    _trying.active = True
                     return entry(f, args, *opts, kw)
-                finally:
+                finally:  # (whatever an interrupt left: the flag only makes misses slower)
                     _trying.active = False
         for k, v in zip(self.lifted, opts[n:]):
             if v is not NOTHING:
@@ -503,17 +504,20 @@ class Launcher:
             # other types) comes next, up to CHAIN entries: alternating types do not miss; one
             # for other kwargs is kept with the new one's alternates, which a miss tries.
             # (a where table keys kernels by their token, each dropped when it goes: _keep)
-            prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
+            prev: Any = (
+                table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
+            )
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
             made = getattr(prev, "chain", None)
-            same, depth, alternates = None, 0, ()
+            same: Any = None
+            depth, alternates = 0, ()
             if made is not None and made[1] is where and made[0] == w:
                 if made[2:4] == (kw, lifted):  # arguments of other types: its _next
                     same, alternates = prev, prev.alternates
                 else:  # other kwargs: kept, with those before, for a miss to try
                     same = next((e for e in prev.alternates if e.chain[2:4] == (kw, lifted)), None)
-                    alternates = (prev, *(e for e in prev.alternates if e is not same))
-                    alternates = alternates[: CHAIN - 1]
+                    others = (e for e in prev.alternates if e is not same)
+                    alternates = (prev, *others)[: CHAIN - 1]
                 depth = 0 if same is None else same.chain[4] + 1
             chained = same if 0 < depth < CHAIN else None
             entry = front(w, where, kw, weakref.ref(F), self.other, chained, *lifted)
