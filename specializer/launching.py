@@ -110,50 +110,44 @@ REQUIRED: Any = _options.REQUIRED
 
 
 class Launcher:
-    """A back-end's launch path (docs/reference-backend.md says what a back-end supplies)."""
+    """A back-end's launch path. A back-end sets the attributes below and overrides
+    ``uncached_lookup``, ``resolve``, ``resolve_where``, ``key``, ``guard_of`` and ``kinds``
+    (and may override ``where_table`` and ``check_args``): the interface, each member with
+    its default and what it is for, as docs/reference-backend.md lists it."""
 
-    #: the back-end's short name, the first part of its generated functions' names
-    name: ClassVar[str] = "backend"
-    #: the back-end's template, extending ``entry.py.j2``
+    # -- what every back-end gives (no default) --
+    #: its entry template, which extends ``entry.py.j2`` and fills its blocks
     template: ClassVar[str]
-    #: launch option names, in order, and each one's default: "required", "none", "zero", "false"
+    #: its launch options, in order, and each one's default: "required", "none", "zero", "false"
     options: ClassVar[tuple[str, ...]]
     defaults: ClassVar[tuple[str, ...]]
-    #: compiler kwargs that ``launch`` takes by name (a launch with them stays as cheap as
-    #: one without: a keyword CPython must put into ``**compiler_kwargs`` costs a dict entry
-    #: and a search of every parameter name on each call); the rest go to ``**``
-    lifted: ClassVar[tuple[str, ...]] = ()
-    #: every compiler kwarg's name, when all are known (then, with all of them lifted, a
-    #: front entry only checks that no other keyword came, and a miss refuses any other
-    #: keyword first, naming the nearest option)
-    compiler_kwargs: ClassVar[tuple[str, ...]] = ()
-    #: how an unknown keyword's message names the compiler options (default: "compiler
-    #: options are <compiler_kwargs>")
-    compiler_help: ClassVar[str] = ""
-    #: the variable the template's ``where`` block sets: the where a front entry compares
-    where_name: ClassVar[str] = "where"
-    #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
-    #: None: no where tables, each kernel keeps its newest front entry only. A launcher
-    #: whose name another launcher took uses it numbered (``_2``), as it does front_attr
-    where_attr: str | None = None
     #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
-    #: (numbered, ``_2``, where another launcher of this process took it)
     front_attr: str
-    #: what the lookup's result is an instance of (checked on a miss)
+    #: the class of :meth:`uncached_lookup`'s results, the linked kernels (checked on a miss)
     V: ClassVar[type]
-    #: the HostKernel class this back-end returns
-    host_class: ClassVar[type[HostKernel]] = HostKernel
-    #: the name launch and lookup messages use ("launch", "clfunction")
-    lookup_name: ClassVar[str] = "the lookup"
-    #: every guard kind :meth:`guard_of` may return, and whether it checks an argument type's
-    #: parameters (an array's or a struct's dtype) besides its class: the core's two, and
-    #: those the back-end's ``guard`` block adds
+
+    # -- what a back-end may change --
+    #: its short name: the first part of its generated functions' names, and of its errors
+    name: ClassVar[str] = "backend"
+    #: the variable its template's ``where`` block sets to the launch's where
+    where_name: ClassVar[str] = "where"
+    #: the key of each where's table in the where's own ``__dict__``; None: no where tables
+    where_attr: str | None = None
+    #: the compiler kwargs ``launch`` takes by name (each costs a launch that omits it)
+    lifted: ClassVar[tuple[str, ...]] = ()
+    #: every compiler kwarg's name, when all are known (then a miss names any other first)
+    compiler_kwargs: ClassVar[tuple[str, ...]] = ()
+    #: how an unknown keyword's message names the compiler options ("": compiler_kwargs)
+    compiler_help: ClassVar[str] = ""
+    #: every guard kind :meth:`guard_of` returns, and whether it checks the type's dtype
     guard_kinds: ClassVar[dict[str, bool]] = {"cls": False, "cls_dtype": True}
-    #: what the core's messages call a launch of this back-end ("launch of kernel k is
-    #: missing ...", "a launch here would hang"): a noun, e.g. "kernel call"
+    #: the HostKernel subclass its lookup returns
+    host_class: ClassVar[type[HostKernel]] = HostKernel
+    #: what messages call its lookup ("clfunction")
+    lookup_name: ClassVar[str] = "the lookup"
+    #: what messages call its launch ("launch of kernel k is missing the launch option ...")
     launch_name: ClassVar[str] = "launch"
-    #: what a fork means for the back-end, said in the fork error of a fork of a process that
-    #: used its device (``{launch}``: launch_name); None: fork-safe, a fork may use it too
+    #: what a fork means for it, in the fork error (``{launch}``: launch_name); None: fork-safe
     fork_consequence: ClassVar[str | None] = (
         "device contexts and queues do not survive fork, so a {launch} here would hang"
     )

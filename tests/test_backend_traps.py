@@ -419,3 +419,16 @@ def test_the_reference_lists_every_member_a_back_end_gives_with_the_classs_defau
     assert set(documented) | CORE_GIVES == public
     assert not set(documented) & CORE_GIVES
     assert len(documented) == 24  # the interface's size: say so in the docs when it changes
+
+
+def test_the_docs_minimal_back_end_is_at_most_150_lines_and_runs():
+    # SPEC 10: docs/backend.md's minimal back-end runs in the tests (here, and in
+    # tests/test_ranges.py and tests/test_docs.py) and stays short.
+    from test_docs import DOCS, _blocks
+    from test_ranges import _docs_minimal_back_end
+
+    (code,) = [c for _, c, _ in _blocks(DOCS / "backend.md") if "class MiniLauncher" in c]
+    assert len(code.splitlines()) <= 150
+    ns = _docs_minimal_back_end()
+    assert isinstance(ns["launcher"], ns["MiniLauncher"])
+    assert ns["launch"](ns["twice"], np.float32(2)) == 5  # its second method's code
