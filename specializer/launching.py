@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import os
-import threading
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
@@ -89,14 +88,13 @@ _TAKEN_ATTRS: frozenset[str] = frozenset()
 CHAIN = 4
 
 
-class _Trying(threading.local):
-    """Whether this thread's miss is trying an entry kept for other kwargs (``alternates``):
-    then that entry's own miss takes the slow path rather than try again."""
+class _Tried(dict):  # type: ignore[type-arg]
+    """The compiler kwargs a miss passes to an entry it tries for them (``alternates``): equal
+    to them, and telling that entry's own miss, if it comes, to take the slow path."""
 
-    active = False
+    __slots__ = ()
 
 
-_trying = _Trying()
 #: how many times a miss asks a `where` block and ``resolve`` again, together, before it
 #: calls their disagreement the back-end's (see Launcher._recognized)
 _WHERE_TRIES = 8
@@ -371,20 +369,20 @@ class Launcher:
         the arguments, look up, publish a new front entry, launch. ``opts`` are the launch
         options, then the lifted compiler kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
-        if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
-            self.definitions.own(F)
-        self.check_fork()
         n = len(self.options)
         given = opts[:n]
         w = _world.task_cell()[0]  # before the lookup: see _publish
-        if w is not None and not _trying.active:  # (not a miss of the entry tried here)
+        if kw.__class__ is _Tried:  # the miss of an entry tried below: the slow path
+            kw = dict(kw)
+        elif w is not None:
+            # an entry of this world was published in this process after its fork check,
+            # for a kernel of ours: neither is checked again, as a hit checks neither
             entry = self._alternate(F, w, opts[n:], kw)
             if entry is not None:
-                try:
-                    _trying.active = True
-                    return entry(f, args, *opts, kw)
-                finally:  # (whatever an interrupt left: the flag only makes misses slower)
-                    _trying.active = False
+                return entry(f, args, *opts, _Tried(kw))
+        if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
+            self.definitions.own(F)
+        self.check_fork()
         for k, v in zip(self.lifted, opts[n:]):
             if v is not NOTHING:
                 kw = {**kw, k: v}

@@ -8,7 +8,9 @@ gives none still pays for each. Measured on the test suite's pure-Python back-en
 one kernel that hits, under ``valgrind --tool=callgrind`` (tools/callgrind.py, main thread
 only, a marker between the loops, less an empty loop's count). Then the launcher without lifted
 kwargs launched with a numpy scalar subclass's value (``class Mine(np.float32)``), which fails
-the guard's identity check and so takes the slow path on every launch.
+the guard's identity check and so takes the slow path on every launch; and with compiler
+kwargs that alternate (``defines={"N": 1}``, then ``{"N": 2}``), which the newest front entry's
+``alternates`` hold.
 
 Run: ``PYTHONPATH=. python tools/bench_lifted.py`` (about a minute).
 """
@@ -54,6 +56,7 @@ def _measured() -> None:
         pass
 
     mine = Mine(1)
+    one, two = {"N": 1}, {"N": 2}
     for launcher, k, x, b in runs:  # after every definition: one world
         for _ in range(200):
             launcher.launch(k, x, b, size=1)
@@ -70,8 +73,13 @@ def _measured() -> None:
         os.getppid()
         for _ in range(SLOW_LOOPS):
             launcher.launch(k, x, mine, size=1)
+        launcher, k, x, b = runs[1]
         os.getppid()
-    assert all(launcher.misses == 1 for launcher, *_ in runs[1:])  # every measured launch hit
+        for _ in range(LOOPS // 2):
+            launcher.launch(k, x, b, size=1, defines=one)
+            launcher.launch(k, x, b, size=1, defines=two)
+        os.getppid()
+    assert all(launcher.misses == 1 for launcher, *_ in runs[2:])  # every measured launch hit
     assert runs[0][0].misses == 1 + 2 * SLOW_LOOPS  # the subclass's: every one a miss
 
 
@@ -80,7 +88,7 @@ def main() -> None:
     from callgrind import thread_dumps
 
     dumps = thread_dumps(__file__, "--under-callgrind")
-    empty, *loops, slow = dumps[-3 - len(COUNTS) : -1]
+    empty, *loops, slow, alternating = dumps[-4 - len(COUNTS) : -1]
     per = [(c - empty) / LOOPS for c in loops]
     print(f"CPython {sys.version.split()[0]}: instructions per launch (a hit), none given")
     for n, p in zip(COUNTS, per):
@@ -88,6 +96,7 @@ def main() -> None:
         print(f"  {n} lifted kwargs: {p:,.0f}{extra}")
     slow_per = (slow - empty * SLOW_LOOPS / LOOPS) / SLOW_LOOPS
     print(f"a numpy scalar subclass's value (the slow path): {slow_per:,.0f} per launch")
+    print(f"defines= alternating, 1 lifted kwarg: {(alternating - empty) / LOOPS:,.0f} per launch")
 
 
 if __name__ == "__main__":
