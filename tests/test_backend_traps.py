@@ -432,3 +432,23 @@ def test_the_docs_minimal_back_end_is_at_most_150_lines_and_runs():
     ns = _docs_minimal_back_end()
     assert isinstance(ns["launcher"], ns["MiniLauncher"])
     assert ns["launch"](ns["twice"], np.float32(2)) == 5  # its second method's code
+
+
+def test_the_cuda_driver_keeps_its_own_record_and_says_the_back_ends_fork_error(monkeypatch):
+    # No hook set from above: the driver records the device's first user and, in a fork of
+    # it, raises the cuda back-end's fork error through the core (no GPU needed).
+    pytest.importorskip("cuda.bindings")
+    from specializer.backends.cuda import _driver, _launch
+
+    assert _driver.FORK_WHAT == f"specializer's {_launch._launcher.name} back-end"
+    monkeypatch.setattr(_driver, "_device_user", None)
+    _driver.check_use()  # a process that never used the device: now its user
+    assert _driver._device_user == os.getpid()
+    monkeypatch.setattr(world, "snapshot", world.snapshot._replace(forked=True))
+    monkeypatch.setattr(_driver, "_device_user", os.getpid() + 1)  # the parent's record
+    with pytest.raises(RuntimeError) as e:
+        _driver.check_use()
+    assert str(e.value).startswith(
+        "this process was forked after specializer's cuda back-end was used; device contexts "
+        "and queues do not survive fork, so a launch here would hang: start worker processes"
+    )

@@ -2,9 +2,10 @@
 
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
-call up has a hook the higher one sets at import (CUDA's ``_driver.check_use``,
-``_driver.on_forget``, ``_compiler.device_functions``; OpenCL's ``_queues._launcher``); the last
-tests check they are set.
+call up has a hook the higher one sets at import (CUDA's ``_driver.on_forget``,
+``_compiler.device_functions``; OpenCL's ``_queues._launcher``); the last tests check they are
+set. CUDA's driver keeps its own record of device use (``_driver.check_use``), calling nothing
+above it.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
     pytest.importorskip("cuda.bindings")
     from specializer.backends.cuda import _compiler, _driver, _launch, _module
 
-    assert _driver.check_use == _launch._launcher.check_fork
+    assert _driver.FORK_WHAT == f"specializer's {_launch._launcher.name} back-end"
     assert _module._forget_modules in _driver.on_forget
     assert _compiler.device_functions == _launch._definitions.device_functions
 

@@ -29,7 +29,7 @@ from ...kernels import (
 )
 from ...suggest import decorator_keywords
 from ...types import WEAK, Struct, WeakScalar, resolve_weak, weak_type
-from . import _compiler, _driver, _params
+from . import _compiler, _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
@@ -343,10 +343,8 @@ class _CUDALauncher(launching.Launcher):
 
 
 _launcher = _CUDALauncher(_definitions)
-# The layers below call up through hooks set here: the driver's fork check on each use of the
-# device is the launcher's (the one record of device use), and a build error's hint names
-# the device functions defined here.
-_driver.check_use = _launcher.check_fork
+# A layer below calls up through a hook set here: a build error's hint names the device
+# functions defined here.
 _compiler.device_functions = _definitions.device_functions
 _site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
 
