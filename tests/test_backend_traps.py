@@ -8,7 +8,9 @@ the slow path without a word, and what the core's messages said for every back-e
   out of the chain;
 - a kernel launched with compiler kwargs that alternate hits, as one launched with argument
   types that alternate does;
-- a back-end names its own launch in the core's messages and declares what a fork means for it.
+- a back-end names its own launch in the core's messages and declares what a fork means for it;
+- docs/reference-backend.md lists the interface as the class has it, and CUDA's driver keeps
+  its own record of device use rather than a hook set from above.
 """
 
 import ast
@@ -440,7 +442,7 @@ def test_the_cuda_driver_keeps_its_own_record_and_says_the_back_ends_fork_error(
     pytest.importorskip("cuda.bindings")
     from specializer.backends.cuda import _driver, _launch
 
-    assert _driver.FORK_WHAT == f"specializer's {_launch._launcher.name} back-end"
+    assert f"specializer's {_launch._launcher.name} back-end" == _driver.FORK_WHAT
     monkeypatch.setattr(_driver, "_device_user", None)
     _driver.check_use()  # a process that never used the device: now its user
     assert _driver._device_user == os.getpid()
@@ -452,3 +454,38 @@ def test_the_cuda_driver_keeps_its_own_record_and_says_the_back_ends_fork_error(
         "this process was forked after specializer's cuda back-end was used; device contexts "
         "and queues do not survive fork, so a launch here would hang: start worker processes"
     )
+
+
+def test_threads_launching_with_kwargs_in_turn_each_run_their_own_code():
+    import threading
+
+    from pybackend import py
+
+    @py.kernel
+    def add(x: py.Array[np.generic]) -> str:
+        return "def add(i, x): x[i] += STEP"
+
+    errors = []
+
+    def work(seed):
+        try:
+            x = np.zeros(1, np.float64 if seed % 2 else np.int64)
+            steps = [1, 10, 100][: 2 + seed % 2]
+            for _ in range(300):
+                for step in steps:
+                    py.launch(add, x, size=1, defines={"STEP": step})
+            assert x[0] == 300 * sum(steps), (seed, x[0])
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []

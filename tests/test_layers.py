@@ -148,7 +148,7 @@ def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
     pytest.importorskip("cuda.bindings")
     from specializer.backends.cuda import _compiler, _driver, _launch, _module
 
-    assert _driver.FORK_WHAT == f"specializer's {_launch._launcher.name} back-end"
+    assert f"specializer's {_launch._launcher.name} back-end" == _driver.FORK_WHAT
     assert _module._forget_modules in _driver.on_forget
     assert _compiler.device_functions == _launch._definitions.device_functions
 
