@@ -5,7 +5,8 @@ The back-end interface's one reference (every member of :class:`Launcher`, every
 block, what the core gives a back-end and does for it, and the cached state around a launch)
 is ``docs/reference-backend.md``, "The launch path". ``tests/pybackend.py`` (with
 ``tests/templates/python_entry.py.j2``) is a complete minimal back-end built on it. Split by
-concept: where tables and ``forget`` in :mod:`specializer.where_tables`, launch options and
+concept: where tables and ``forget`` in :mod:`specializer.where_tables`, the chain of front
+entries and the guard check of a miss in :mod:`specializer.front_entries`, launch options and
 their errors in :mod:`specializer.launch_options`, the checks of an entry template in
 :mod:`specializer.entry_templates`.
 """
@@ -25,6 +26,8 @@ from . import compiler as _compiler
 from . import launch_options as _options
 from . import world as _world
 from .entry_templates import check_backend, check_guard
+from .front_entries import CHAIN as CHAIN
+from .front_entries import Tried, alternate, guards_pass, new_entry
 from .kernels import Definitions, Kernel, LookupSite
 from .launch_options import call_error, count_error, frozen, keyword_error, signature
 from .launch_options import captured_of as _captured
@@ -83,18 +86,6 @@ _ATTRS_LOCK = new_lock(reentrant=False)
 #: every launcher's front_attr and where_attr: each name is one launcher's, whatever its
 #: definitions (names only: a launcher lives as long as its definitions' kernels do)
 _TAKEN_ATTRS: frozenset[str] = frozenset()
-#: a kernel launched with arguments of up to this many types in turn, or with up to this
-#: many sets of compiler kwargs in turn (each with its types), does not miss
-CHAIN = 4
-
-
-class _Tried(dict):  # type: ignore[type-arg]
-    """The compiler kwargs a miss passes to an entry it tries for them (``alternates``): equal
-    to them, and telling that entry's own miss, if it comes, to take the slow path."""
-
-    __slots__ = ()
-
-
 #: how many times a miss asks a `where` block and ``resolve`` again, together, before it
 #: calls their disagreement the back-end's (see Launcher._recognized)
 _WHERE_TRIES = 8
@@ -365,21 +356,22 @@ class Launcher:
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         """A launch that its front entry does not hold: an entry of the kernel's chain for
-        other compiler kwargs if one holds it (:meth:`_alternate`), else the slow path: type
+        other compiler kwargs if one holds it (:mod:`specializer.front_entries`), else the
+        slow path: type
         the arguments, look up, publish a new front entry, launch. ``opts`` are the launch
         options, then the lifted compiler kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
         n = len(self.options)
         given = opts[:n]
         w = _world.task_cell()[0]  # before the lookup: see _publish
-        if kw.__class__ is _Tried:  # the miss of an entry tried below: the slow path
+        if kw.__class__ is Tried:  # the miss of an entry tried below: the slow path
             kw = dict(kw)
         elif w is not None:
             # an entry of this world was published in this process after its fork check,
             # for a kernel of ours: neither is checked again, as a hit checks neither
-            entry = self._alternate(F, w, opts[n:], kw)
+            entry = alternate(getattr(F, self.front_attr, None), w, opts[n:], kw)
             if entry is not None:
-                return entry(f, args, *opts, _Tried(kw))
+                return entry(f, args, *opts, Tried(kw))
         if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
             self.definitions.own(F)
         self.check_fork()
@@ -400,55 +392,9 @@ class Launcher:
         run, front, _, where_of = self.bound(linked, tt, F)
         # published only if the arguments pass its guards: another class's (a subclass's)
         # would only push entries that hit out of the chain
-        if self._guards_pass(args, front) and self._recognized(where, given, where_of):
+        if guards_pass(self, args, front) and self._recognized(where, given, where_of):
             self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
-
-    def _alternate(self, F: Any, w: int, lifted: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        """The entry of ``F``'s chain for world ``w`` and these compiler kwargs (``lifted``:
-        the lifted ones' values, ``kw`` the others) that its newest entry, published for
-        other kwargs, keeps (its ``alternates``), or None: a kernel launched with kwargs that
-        alternate does not miss. The entry checks the rest (the where, the arguments)."""
-        for entry in getattr(getattr(F, self.front_attr, None), "alternates", ()):
-            made = entry.chain
-            if made[0] == w and made[3] == lifted and made[2] == kw:
-                return entry
-        return None
-
-    def _guards_pass(self, args: tuple[Any, ...], front: Any) -> bool:
-        """Whether the launch arguments ``args`` pass the core's guards (kinds "cls" and
-        "cls_dtype") of the entries ``front`` makes, checked in Python. A value of another
-        class than its guard's (a subclass, an ``IntEnum`` for ``Weak[int]``; a pooled buffer
-        for a raw buffer) does not: a guard compares classes by identity, and a template may
-        rely on the exact class (OpenCL's argument-set records keep exact numpy scalars only),
-        so each such launch takes the slow path. A ``guard_of`` that returns a class no value
-        has (an argument type: ``Weak[int]`` for int) or a dtype other than the argument's
-        would make every launch take it: a ``TypeError`` naming ``guard_of`` and the type."""
-        passed = True
-        guards = getattr(front, "__globals__", {}).get("_GUARDS", ())
-        for a, (t, kind, cls, dtype) in zip(args, guards):
-            if kind != "cls" and kind != "cls_dtype":
-                continue  # a back-end's own kind: its template's check
-            if kind == "cls_dtype" and not (a.dtype is dtype or a.dtype == dtype):
-                raise self._guard_error(t, f"dtype {dtype!r}", f"{a.dtype!r}", "t.dtype")
-            if a.__class__ is not cls:
-                if not isinstance(cls, type) or issubclass(cls, self.definitions.argtypes):
-                    raise self._guard_error(
-                        t,
-                        f"class {cls!r}",
-                        type_name(a.__class__),
-                        "the class of the values typeof maps to it",
-                    )
-                passed = False
-        return passed
-
-    def _guard_error(self, t: type, returned: str, actual: str, fix: str) -> TypeError:
-        return TypeError(
-            f"back-end {self.name!r}: guard_of({type_name(t)}) returned {returned}, which no "
-            f"argument of type {type_name(t)} has (this one's is {actual}): the guard of "
-            f"every front entry for it would fail, and every {self.launch_name} would take the "
-            f"slow path. Return {fix} (see docs/backend.md, 'Guards')"
-        )
 
     @property
     def misses(self) -> int:
@@ -492,31 +438,11 @@ class Launcher:
                 return
             lifted = tuple(kw.pop(k, NOTHING) for k in self.lifted)
             table = self.where_table(where)
-            # The entry this one replaces for the same world, where and kwargs (arguments of
-            # other types) comes next, up to CHAIN entries: alternating types do not miss; one
-            # for other kwargs is kept with the new one's alternates, which a miss tries.
-            # (a where table keys kernels by their token, each dropped when it goes: _keep)
-            prev: Any = (
-                table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
-            )
+            # chained to the entry it replaces (front_entries: CHAIN, alternates); a where
+            # table keys kernels by their token, each dropped when it goes (_keep)
+            prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
-            made = getattr(prev, "chain", None)
-            same: Any = None
-            depth, alternates = 0, ()
-            if made is not None and made[1] is where and made[0] == w:
-                if made[2:4] == (kw, lifted):  # arguments of other types: its _next
-                    same, alternates = prev, prev.alternates
-                else:  # other kwargs: kept, with those before, for a miss to try
-                    same = next((e for e in prev.alternates if e.chain[2:4] == (kw, lifted)), None)
-                    others = (e for e in prev.alternates if e is not same)
-                    alternates = (prev, *others)[: CHAIN - 1]
-                depth = 0 if same is None else same.chain[4] + 1
-            chained = same if 0 < depth < CHAIN else None
-            entry = front(w, where, kw, weakref.ref(F), self.other, chained, *lifted)
-            entry.chain = (w, where, kw, lifted, depth % CHAIN)  # what the next one compares
-            entry.alternates = alternates  # the newest entry's only: what _alternate tries
-            if made is not None:  # no longer the newest: keeps none (so none pile up)
-                prev.alternates = ()
+            entry = new_entry(front, prev, weakref.ref(F), self.other, w, where, kw, lifted)
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
