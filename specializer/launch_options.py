@@ -63,10 +63,11 @@ def call_error(
     for option, v in zip(launcher.options, given):
         if v is REQUIRED:
             return TypeError(
-                f"launch of kernel {name_of(F)} is missing the required launch option "
+                f"{launcher.launch_name} of kernel {name_of(F)} is missing the required launch "
+                f"option "
                 f"{option}=: launch options are {', '.join(launcher.options)}"
             )
-    return count_error(launcher, F, nargs, "launch")
+    return count_error(launcher, F, nargs, launcher.launch_name)
 
 
 def count_error(launcher: Launcher, F: Any, nargs: int, what: str) -> MethodError | None:

@@ -5,7 +5,8 @@ The back-end interface's one reference (every member of :class:`Launcher`, every
 block, what the core gives a back-end and does for it, and the cached state around a launch)
 is ``docs/reference-backend.md``, "The launch path". ``tests/pybackend.py`` (with
 ``tests/templates/python_entry.py.j2``) is a complete minimal back-end built on it. Split by
-concept: where tables and ``forget`` in :mod:`specializer.where_tables`, launch options and
+concept: where tables and ``forget`` in :mod:`specializer.where_tables`, the chain of front
+entries and the guard check of a miss in :mod:`specializer.front_entries`, launch options and
 their errors in :mod:`specializer.launch_options`, the checks of an entry template in
 :mod:`specializer.entry_templates`.
 """
@@ -25,6 +26,8 @@ from . import compiler as _compiler
 from . import launch_options as _options
 from . import world as _world
 from .entry_templates import check_backend, check_guard
+from .front_entries import CHAIN as CHAIN
+from .front_entries import Tried, alternate, guards_pass, new_entry
 from .kernels import Definitions, Kernel, LookupSite
 from .launch_options import call_error, count_error, frozen, keyword_error, signature
 from .launch_options import captured_of as _captured
@@ -83,9 +86,6 @@ _ATTRS_LOCK = new_lock(reentrant=False)
 #: every launcher's front_attr and where_attr: each name is one launcher's, whatever its
 #: definitions (names only: a launcher lives as long as its definitions' kernels do)
 _TAKEN_ATTRS: frozenset[str] = frozenset()
-#: the defaults a launch option may have
-#: miss: a kernel launched with arguments of up to this many types in turn does not miss
-CHAIN = 4
 #: how many times a miss asks a `where` block and ``resolve`` again, together, before it
 #: calls their disagreement the back-end's (see Launcher._recognized)
 _WHERE_TRIES = 8
@@ -99,51 +99,64 @@ REQUIRED: Any = _options.REQUIRED
 
 
 class Launcher:
-    """A back-end's launch path (docs/reference-backend.md says what a back-end supplies)."""
+    """A back-end's launch path. A back-end sets the attributes below and overrides
+    ``uncached_lookup``, ``resolve``, ``resolve_where``, ``key``, ``guard_of`` and ``kinds``
+    (and may override ``where_table`` and ``check_args``): the interface, each member with
+    its default and what it is for, as docs/reference-backend.md lists it."""
 
-    #: the back-end's short name, the first part of its generated functions' names
-    name: ClassVar[str] = "backend"
-    #: the back-end's template, extending ``entry.py.j2``
+    # -- what every back-end gives (no default) --
+    #: its entry template, which extends ``entry.py.j2`` and fills its blocks
     template: ClassVar[str]
-    #: launch option names, in order, and each one's default: "required", "none", "zero", "false"
+    #: its launch options, in order, and each one's default: "required", "none", "zero", "false"
     options: ClassVar[tuple[str, ...]]
     defaults: ClassVar[tuple[str, ...]]
-    #: compiler kwargs that ``launch`` takes by name (a launch with them stays as cheap as
-    #: one without: a keyword CPython must put into ``**compiler_kwargs`` costs a dict entry
-    #: and a search of every parameter name on each call); the rest go to ``**``
-    lifted: ClassVar[tuple[str, ...]] = ()
-    #: every compiler kwarg's name, when all are known (then, with all of them lifted, a
-    #: front entry only checks that no other keyword came, and a miss refuses any other
-    #: keyword first, naming the nearest option)
-    compiler_kwargs: ClassVar[tuple[str, ...]] = ()
-    #: how an unknown keyword's message names the compiler options (default: "compiler
-    #: options are <compiler_kwargs>")
-    compiler_help: ClassVar[str] = ""
-    #: the variable the template's ``where`` block sets: the where a front entry compares
-    where_name: ClassVar[str] = "where"
-    #: the key, in a where's own ``__dict__``, of its where table (see :meth:`where_table`);
-    #: None: no where tables, each kernel keeps its newest front entry only. A launcher
-    #: whose name another launcher took uses it numbered (``_2``), as it does front_attr
-    where_attr: str | None = None
     #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
-    #: (numbered, ``_2``, where another launcher of this process took it)
     front_attr: str
-    #: what the lookup's result is an instance of (checked on a miss)
+    #: the class of :meth:`uncached_lookup`'s results, the linked kernels (checked on a miss)
     V: ClassVar[type]
-    #: the HostKernel class this back-end returns
-    host_class: ClassVar[type[HostKernel]] = HostKernel
-    #: the name launch and lookup messages use ("launch", "clfunction")
-    lookup_name: ClassVar[str] = "the lookup"
-    #: every guard kind :meth:`guard_of` may return, and whether it checks an argument type's
-    #: parameters (an array's or a struct's dtype) besides its class: the core's two, and
-    #: those the back-end's ``guard`` block adds
+
+    # -- what a back-end may change --
+    #: its short name: the first part of its generated functions' names, and of its errors
+    name: ClassVar[str] = "backend"
+    #: the variable its template's ``where`` block sets to the launch's where
+    where_name: ClassVar[str] = "where"
+    #: the key of each where's table in the where's own ``__dict__``; None: no where tables
+    where_attr: str | None = None
+    #: the compiler kwargs ``launch`` takes by name (each costs a launch that omits it)
+    lifted: ClassVar[tuple[str, ...]] = ()
+    #: every compiler kwarg's name, when all are known (then a miss names any other first)
+    compiler_kwargs: ClassVar[tuple[str, ...]] = ()
+    #: how an unknown keyword's message names the compiler options ("": compiler_kwargs)
+    compiler_help: ClassVar[str] = ""
+    #: every guard kind :meth:`guard_of` returns, and whether it checks the type's dtype
     guard_kinds: ClassVar[dict[str, bool]] = {"cls": False, "cls_dtype": True}
+    #: the HostKernel subclass its lookup returns
+    host_class: ClassVar[type[HostKernel]] = HostKernel
+    #: what messages call its lookup ("clfunction")
+    lookup_name: ClassVar[str] = "the lookup"
+    #: what messages call its launch ("launch of kernel k is missing the launch option ...")
+    launch_name: ClassVar[str] = "launch"
+    #: what a fork means for it, in the fork error (``{launch}``: launch_name); None: fork-safe
+    fork_consequence: ClassVar[str | None] = (
+        "device contexts and queues do not survive fork, so a {launch} here would hang"
+    )
 
     def __init__(self, definitions: Definitions) -> None:
+        if hasattr(self, "link"):  # the name this method had: one name per idea now
+            raise TypeError(
+                f"back-end {self.name!r}: Launcher.link is now Launcher.uncached_lookup (the "
+                "uncached lookup; a Backend's link links one artifact): rename the method"
+            )
         self.definitions = definitions
         self.typeof = definitions.typeof
         check_backend(self)  # a back-end's mistake, refused now (entry_templates)
         self._own_attrs(definitions)
+        _world.declare_fork(  # under the name check_fork gives world.check_fork
+            f"specializer's {self.name} back-end",
+            None
+            if self.fork_consequence is None
+            else self.fork_consequence.format(launch=self.launch_name),
+        )
         self.other = self._make_other()
         self._misses = 0
         self._misses_lock = new_lock(reentrant=False)
@@ -151,7 +164,7 @@ class Launcher:
         #: (what its kinds() gives), so each launcher has its own
         self._factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self._factories_lock = new_lock(reentrant=False)
-        self.site = LookupSite(definitions, self.V, self.link)
+        self.site = LookupSite(definitions, self.V, self.uncached_lookup)
         self.launch = codegen.generate(
             "launch.py.j2",
             (self.name, "launch"),
@@ -179,7 +192,7 @@ class Launcher:
             )
             definitions.kernel_slots(*definitions.kernel_attrs)
 
-    def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         """The uncached lookup of (F, tt) for ``key``; its result has a ``bound`` dict."""
         raise NotImplementedError
 
@@ -298,11 +311,14 @@ class Launcher:
             "_REQUIRED": REQUIRED,
             **namespace,
         }
+        declared = []
         for i, t in enumerate(full[ncaptured:], ncaptured):
             kind, cls, dtype = self.guard_of(t)
             check_guard(self, t, kind)
+            declared.append((t, kind, cls, dtype))
             namespace[f"_C{i}"] = cls
             namespace[f"_D{i}"] = dtype
+        namespace["_GUARDS"] = tuple(declared)  # what a miss checks its arguments against
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
@@ -339,32 +355,44 @@ class Launcher:
         }
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        """A launch that its front entry does not hold: type the arguments, look up, publish
-        a new front entry, launch. ``opts`` are the launch options, then the lifted compiler
-        kwargs (``NOTHING`` where not given)."""
+        """A launch that its front entry does not hold: an entry of the kernel's chain for
+        other compiler kwargs if one holds it (:mod:`specializer.front_entries`), else the
+        slow path: type
+        the arguments, look up, publish a new front entry, launch. ``opts`` are the launch
+        options, then the lifted compiler kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
+        n = len(self.options)
+        given = opts[:n]
+        w = _world.task_cell()[0]  # before the lookup: see _publish
+        if kw.__class__ is Tried:  # the miss of an entry tried below: the slow path
+            kw = dict(kw)
+        elif w is not None:
+            # an entry of this world was published in this process after its fork check,
+            # for a kernel of ours: neither is checked again, as a hit checks neither
+            entry = alternate(getattr(F, self.front_attr, None), w, opts[n:], kw)
+            if entry is not None:
+                return entry(f, args, *opts, Tried(kw))
         if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
             self.definitions.own(F)
         self.check_fork()
-        n = len(self.options)
         for k, v in zip(self.lifted, opts[n:]):
             if v is not NOTHING:
                 kw = {**kw, k: v}
-        given = opts[:n]
         error = call_error(self, F, len(args), given, kw)
         if error is not None:  # raised here: the fewest library frames above the user's line
             raise error
         where, opts = self.resolve(given)  # the launch's one read of a default where
         self.check_args(where, f, args)
         tt = self.argtypes(args, F)
-        w = _world.task_cell()[0]  # before the lookup: see _publish
         key = self.key(where, kw)
         linked = self._lookup(F, tt, key)
         self.check_fork()  # again: a compile hook of the lookup may have forked
         with self._misses_lock():
             self._misses += 1
         run, front, _, where_of = self.bound(linked, tt, F)
-        if self._recognized(where, given, where_of):
+        # published only if the arguments pass its guards: another class's (a subclass's)
+        # would only push entries that hit out of the chain
+        if guards_pass(self, args, front) and self._recognized(where, given, where_of):
             self._publish(F, w, where, kw, front)
         return run(args if F is f else f.values + args, *opts)
 
@@ -410,19 +438,11 @@ class Launcher:
                 return
             lifted = tuple(kw.pop(k, NOTHING) for k in self.lifted)
             table = self.where_table(where)
-            # The entry this one replaces for the same world, where and kwargs (arguments of
-            # other types) comes next, up to CHAIN entries: alternating types do not miss.
-            # (a where table keys kernels by their token, each dropped when it goes: _keep)
+            # chained to the entry it replaces (front_entries: CHAIN, alternates); a where
+            # table keys kernels by their token, each dropped when it goes (_keep)
             prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
-            made = getattr(prev, "chain", None)
-            depth = 0
-            if made is not None and made[1] is where and made[0] == w and made[2:4] == (kw, lifted):
-                depth = made[4] + 1
-            if depth == 0 or depth >= CHAIN:
-                prev, depth = None, 0
-            entry = front(w, where, kw, weakref.ref(F), self.other, prev, *lifted)
-            entry.chain = (w, where, kw, lifted, depth)  # what the next publication compares
+            entry = new_entry(front, prev, weakref.ref(F), self.other, w, where, kw, lifted)
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too

@@ -54,6 +54,7 @@ __all__ = [
     "bump",
     "check_fork",
     "current",
+    "declare_fork",
     "forked",
     "invoke_in_world",
     "invokelatest",
@@ -412,16 +413,35 @@ def forked() -> bool:
     return snapshot.forked
 
 
+#: what a fork means for the child, where the back-end did not say (Launcher.fork_consequence)
+FORK_CONSEQUENCE = "device contexts and queues do not survive fork, so a launch here would hang"
+#: what a fork means for each back-end that declared it (:func:`declare_fork`), by the name
+#: :func:`check_fork` is given; None: fork-safe. Written when a launcher is made
+_fork_rules: dict[str, str | None] = {}
+
+
+def declare_fork(what: str, consequence: str | None) -> None:
+    """Declare what a fork means for ``what`` (the name :func:`check_fork` is given, e.g.
+    ``"specializer's opencl back-end"``): ``consequence`` is said in its fork error, in place
+    of :data:`FORK_CONSEQUENCE`; None declares it fork-safe, and :func:`check_fork` lets a
+    fork use it. A back-end declares it with its ``Launcher``'s ``fork_consequence``."""
+    _fork_rules[what] = consequence
+
+
 def check_fork(what: str) -> None:
     """Raise ``RuntimeError`` if this process is a fork; ``what`` names what cannot be used in
-    it, e.g. ``"specializer's OpenCL back-end"``. A back-end that used a device before the
-    fork calls this before it touches a context, a queue or a stream: device contexts do not
-    survive fork, and a launch in the child would hang."""
+    it, e.g. ``"specializer's opencl back-end"``. A back-end that used a device before the
+    fork calls this before it touches a context, a queue or a stream. The error says what
+    the fork means for ``what`` (as :func:`declare_fork` declared it; by default
+    :data:`FORK_CONSEQUENCE`); nothing is raised for one declared fork-safe."""
     if snapshot.forked:
+        consequence = _fork_rules.get(what, FORK_CONSEQUENCE)
+        if consequence is None:
+            return
         raise RuntimeError(
-            f"this process was forked after {what} was used; device contexts and queues do "
-            "not survive fork, so a launch here would hang: start worker processes with "
-            "multiprocessing's 'spawn' start method (multiprocessing.get_context('spawn'), or "
+            f"this process was forked after {what} was used; {consequence}: start worker "
+            "processes with multiprocessing's 'spawn' start method "
+            "(multiprocessing.get_context('spawn'), or "
             "ProcessPoolExecutor(mp_context=multiprocessing.get_context('spawn')))"
         )
 

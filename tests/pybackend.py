@@ -254,7 +254,7 @@ class PyLauncher(Launcher):
                 config = self._configs.setdefault(defines, CompilerConfig(self.backend, defines))
         return config
 
-    def link(self, F, tt, key):
+    def uncached_lookup(self, F, tt, key):
         context, defines = key
         return uncached_lookup(F, tt, self.config(defines), context)
 

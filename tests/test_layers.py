@@ -2,9 +2,9 @@
 
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
-call up has a hook the higher one sets at import (CUDA's ``_driver.check_use``,
-``_driver.on_forget``; OpenCL's ``_queues._launcher``); the last
-tests check they are set.
+call up has a hook the higher one sets at import (CUDA's ``_driver.on_forget``; OpenCL's
+``_queues._launcher``); the last tests check they are set. CUDA's driver keeps its own record
+of device use (``_driver.check_use``), calling nothing above it.
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
     pytest.importorskip("cuda.bindings")
     from specializer.backends.cuda import _driver, _launch, _module
 
-    assert _driver.check_use == _launch._launcher.check_fork
+    assert f"specializer's {_launch._launcher.name} back-end" == _driver.FORK_WHAT
     assert _module._forget_modules in _driver.on_forget
 
 

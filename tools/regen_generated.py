@@ -28,7 +28,7 @@ def _lookup(kernel: str, *types: str) -> tuple[str, tuple[str, ...], dict]:
     """The specialized cached lookup of one kernel signature at the back-ends' one call site."""
     return (
         "lookup.py.j2",
-        ("lookup", "link", kernel, *types, "tuple", "LinkedKernel"),
+        ("lookup", "uncached_lookup", kernel, *types, "tuple", "LinkedKernel"),
         {"entries": ENTRIES},
     )
 

@@ -16,6 +16,7 @@ same driver handle, is a new key and misses.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ... import launching
+from ... import world as _world
 from ...locks import new_lock
 
 try:
@@ -157,16 +159,27 @@ _lock = new_lock()
 _primaries: dict[int, Context] = {}
 
 
-def _unchecked() -> None:
-    """:data:`check_use` before ``_launch`` sets it (the package's ``__init__`` imports
-    ``_launch`` before anything here can be called)."""
+#: what the fork error names (world.check_fork): the launcher's name for it, whose declaration
+#: of what a fork means (Launcher.fork_consequence) it then says
+FORK_WHAT = "specializer's cuda back-end"
+#: the process that used the device first (SPEC 9): a fork of it may not, a fork of any other
+#: process may (and is then the one that uses it)
+_device_user: int | None = None
 
 
-#: Run before each use of the device (every context, array, stream and copy comes through
-#: it): records that this process uses the device, or raises the fork error in a fork of one
-#: that did (SPEC 9). ``_launch`` sets it to its launcher's ``check_fork`` at import: the
-#: back-end's one record of device use is the launcher's, a layer above this module.
-check_use: Callable[[], None] = _unchecked
+def check_use() -> None:
+    """Run before each use of the device (every context, array, stream and copy comes through
+    it): record that this process uses the device, or raise the fork error in a fork of one
+    that did (SPEC 9). The record is this layer's own, the lowest that touches the device,
+    so nothing above is called: the launcher keeps one of its own for its launch paths, and
+    each refuses a fork of the process that used it."""
+    global _device_user
+    pid = os.getpid()
+    if _device_user is None:
+        _device_user = pid  # (two threads at once store the same pid)
+    elif _device_user != pid:
+        _world.check_fork(FORK_WHAT)
+
 
 #: Called with a context's key when the context is gone (destroyed or collected), after the
 #: core forgot the lookups keyed by it: each higher layer that keeps something per context

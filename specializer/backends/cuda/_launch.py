@@ -20,7 +20,7 @@ import numpy as np
 from ... import launching
 from ...kernels import Kernel, KernelInstance, code_of, uncached_lookup
 from ...types import Struct, WeakScalar, resolve_weak
-from . import _driver, _params
+from . import _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
@@ -153,7 +153,7 @@ class _CUDALauncher(launching.Launcher):
     #: (np.void, or a one-element array)
     guard_kinds = {**launching.Launcher.guard_kinds, "array": True, "cls_dtype_1": True}
 
-    def link(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
         token, kw = key
         return uncached_lookup(F, tt, compiler_config(kw, token.context()), token)
 
@@ -225,9 +225,6 @@ class _CUDALauncher(launching.Launcher):
 
 
 _launcher = _CUDALauncher(_definitions)
-# The driver calls up through a hook set here: its fork check on each use of the device is
-# the launcher's (the one record of device use).
-_driver.check_use = _launcher.check_fork
 _site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
 
 #: a grid or block: an int, or a sequence of up to 3 ints

@@ -138,7 +138,9 @@ class _OpenCLLauncher(launching.Launcher):
     #: "cls_dtype_0d": a struct by value (np.void, or a 0-d array as pyopencl.cltypes makes)
     guard_kinds = {**launching.Launcher.guard_kinds, "cls_dtype_0d": True}
 
-    def link(self, F: Any, tt: tuple[type, ...], key: tuple[_ContextKey, tuple[str, ...]]) -> Any:
+    def uncached_lookup(
+        self, F: Any, tt: tuple[type, ...], key: tuple[_ContextKey, tuple[str, ...]]
+    ) -> Any:
         return uncached_lookup(F, tt, _config(key[1]), key[0])
 
     def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
