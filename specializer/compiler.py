@@ -1,30 +1,12 @@
 """Compiler jobs, the compiled-code cache with world ranges, and compile hooks.
 
-The interface a back-end implements is :class:`Backend`: ``compile(job)`` turns a
-job into an artifact (device code that does not depend on a context; it has a
-``.source``), and ``link(job, artifact, context)`` turns that into what a launch
-needs in one context (a kernel object, a function handle). The core calls them
-and never knows which back-end runs.
-
-The cache keeps, per (method instance, config), code instances each valid over a
-range of worlds, in the method instance itself (``MethodInstance.code``, as Julia keeps a
-method instance's code instances in it): code goes with its method, so a kernel that is
-dropped (a kernel factory's product) is freed with its code. A lookup in world ``w``
-reuses one valid in ``w``: a definition unrelated to the kernel raises the world but
-recompiles nothing. Compiling records backedges on every method table the code
-dispatched on (the kernel's own and its callees', transitively); a definition that
-changes one of those dispatches closes the code's range, so the next lookup recompiles.
-
-Only code some world can still reach is kept: code valid in the latest world, and
-code valid in a world that a live pin holds (a task in ``invoke_in_world``, or a
-context copied there). Each definition releases the rest, with its per-context
-handles, so redefining a kernel a thousand times keeps one program, not a thousand.
-A task pinned later to an older world whose code was released compiles it again.
-So a cache entry holds one open code instance plus at most one per pinned world,
-and finding code scans that, never the history.
-
-Nothing module-level holds code: the backedges a callee keeps are weak, and so are the
-registries that :func:`forget_context` and the sweep walk (``_live``, ``_retained``).
+A back-end implements :class:`Backend`: ``compile(job)`` makes an artifact (device code with a
+``.source``, no context in it), ``link(job, artifact, context)`` what a launch needs in one
+context. The cache keeps code instances in the method instance (``MethodInstance.code``, as
+Julia does), so a dropped kernel is freed with its code; each is valid over a range of worlds
+that backedges on every dispatch it used (its callees' included) close. Only code the latest
+world or a live pin's world can reach is kept: a cache entry holds one open code instance plus
+at most one per pinned world. The cache map in ``docs/design.md`` has the rest.
 """
 
 from __future__ import annotations
@@ -147,11 +129,8 @@ class CompilerJob:
         return self.mi.method.gf.name
 
     def device_sources(self) -> list[str]:
-        """Each callee's source (dependencies first), then the kernel's.
-
-        A method body is called with the concrete argument types bound to its
-        parameters and returns device source.
-        """
+        """Each callee's source (dependencies first), then the kernel's: each method body
+        called with the concrete argument types."""
         return [_generate(mi) for mi in (*self.callees, self.mi)]
 
     def __repr__(self) -> str:
@@ -264,11 +243,6 @@ class CodeInstance:
 
     def valid(self, world: int) -> bool:
         return self.min_world <= world <= self.max_world
-
-    def invalidate(self, max_world: int) -> None:
-        """End this code's validity at ``max_world`` (a backedge fired)."""
-        if max_world < self.max_world:
-            self.max_world = max_world
 
     def __repr__(self) -> str:
         hi = "" if self.max_world >= _world.WORLD_MAX else self.max_world
@@ -469,10 +443,8 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
     Code that fails to compile or to link is not kept.
 
-    One re-entrant lock covers the whole cache, like CUDA.jl's ``cufunction_lock``: compiles,
-    links and hooks run one at a time, so back-ends and hooks need not be thread-safe, and a
-    hook or method body may itself look kernels up. A slow build therefore holds up other
-    threads' misses, never their ``cached_lookup`` hits, which take no lock."""
+    One re-entrant lock covers the cache, like CUDA.jl's ``cufunction_lock``: back-ends and
+    hooks need not be thread-safe and may look kernels up; hits take no lock."""
     with _cache_lock():  # straight-line (its loops are in called functions): see world
         deps = None
         ci = _find(job)
@@ -502,13 +474,9 @@ def _linked(job: CompilerJob, ci: CodeInstance, context: Hashable) -> Any:
 
 def forget_context(context: Hashable) -> list[Any]:
     """``context`` is gone for good (a back-end's context, or the token it keys one by): drop
-    what was linked for it from every code instance, so its handles (and, through them, the
-    context's device memory) are freed. The code itself stays: another context links it
-    again. Returns what was dropped (a back-end may break its cycles, so that it is freed
-    now rather than by a later collection).
-
-    Safe from a finalizer or the garbage collector in any thread: it takes no lock (each
-    ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
+    what was linked for it from every code instance (the code stays) and return it, so a
+    back-end may break its cycles now. Safe from a finalizer in any thread: it takes no lock
+    (each ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
     dropped = []
     for ci in _tracked(_live):
         entry = ci.linked.pop(context, None)
@@ -537,10 +505,7 @@ def _run_hooks(job: CompilerJob, ci: CodeInstance) -> None:
 class device_code(_world.Block):
     """``with device_code(callback):`` calls ``callback(job, artifact)`` for every kernel
     looked up inside the block, also ones compiled before it. While any hook is active,
-    cached lookups neither hit nor store.
-
-    Blocks nest and overlap across threads (each counts while it lasts).
-    """
+    cached lookups neither hit nor store. Blocks nest and overlap across threads."""
 
     kind = "hook"
 

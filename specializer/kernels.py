@@ -76,10 +76,8 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
 
 
 class _ByName:
-    """Kernels and device functions are named as functions are (``__module__``, ``__name__``,
-    ``__qualname__``) and pickle by reference, as functions do: by the module and qualified
-    name they were defined under, so a worker process gets the one its own import of that
-    module defined (with its own worlds and handles; none of those are pickled)."""
+    """Kernels and device functions are named, and pickle by reference, as functions are: a
+    worker process gets the one its own import of the module defined."""
 
     __module__: str
     __name__: str
@@ -129,15 +127,10 @@ class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
 
     ``@k.method`` on a ``def`` of any name adds a method to ``k`` as its back-end's
-    ``@kernel`` does (its annotations checked, ``@k.method(callees=[...])``, the world
-    raised once), and is the spelling type checkers accept for a second method;
-    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it,
-    or a :class:`~specializer.methods.Method` from there), raising the world; ``k.methods()``
-    lists the methods a launch can dispatch to. (See
-    :class:`~specializer.methods.GenericFunction`.)
-
-    A back-end's launch path keeps the kernel's newest lookup on it, as its front entry
-    (see :mod:`specializer.launching`)."""
+    ``@kernel`` does, the spelling type checkers accept for a second method;
+    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it),
+    raising the world; ``k.methods()`` lists the methods a launch can dispatch to. (See
+    :class:`~specializer.methods.GenericFunction`.)"""
 
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)
@@ -156,10 +149,7 @@ class Kernel(_ByName, GenericFunction):
 
     def capture(self, *values: Any) -> KernelInstance:
         """A kernel instance whose ``values`` are passed as leading arguments on every launch.
-
-        Its type (one per kernel and captured types) is what the lookup caches on; the
-        instance itself is never stored, so dropping it frees the values.
-        """
+        Its type is what the lookup caches on; the instance is never stored."""
         tt = tuple(self.typeof(v) for v in values)
         cls = self._closures.get(tt)
         if cls is None:
@@ -324,15 +314,9 @@ exactly the kernels that call it."""
 
 
 class Definitions:
-    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions.
-
-    ``@kernel`` defines a generic kernel, or adds a method to the one of that module and
-    qualified name; running a ``def`` again with the same signature replaces the method. A
-    closure (a ``def`` using variables of the function running it) is keyed by its closure
-    cells too: each run of a kernel factory gives its own kernel, held weakly here. A ``def``
-    passed through a wrapping decorator (``functools.wraps``) is keyed by the ``def`` (its
-    ``__wrapped__``), not by the wrapper, whose closure is new on every decoration.
-    """
+    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions,
+    keyed by module, qualified name and closure cells (each run of a kernel factory gives its
+    own kernel, held weakly) of the ``def`` itself (a wrapper's ``__wrapped__``)."""
 
     def __init__(
         self,
@@ -349,9 +333,8 @@ class Definitions:
         #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
         #: annotation must be at or below one of them or a numpy scalar type, or above one
         self.argtypes = tuple(argtypes)
-        #: (module, qualified name, class, ids of the closure cells) -> the definition. Those
-        #: with a closure are held weakly, so a factory's dropped products are freed (cells
-        #: take no weak references; a definition holds its cells, so their ids stay theirs)
+        #: (module, qualified name, class, ids of the closure cells) -> the definition; those
+        #: with a closure weakly (a definition holds its cells, so their ids stay theirs)
         self._table: dict[_Key, GenericFunction] = {}
         self._closure_table: weakref.WeakValueDictionary[_Key, GenericFunction] = (
             weakref.WeakValueDictionary()
@@ -485,9 +468,8 @@ class Definitions:
 
     def kernel_slots(self, *names: str) -> None:
         """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
-        each kernel): reading a slot costs the same whatever else a kernel holds, where an
-        attribute added to some kernels and not others makes every kernel's dict slower to
-        read. Kernels defined before keep what they have (and a dict for the rest)."""
+        each kernel): a slot reads at one cost, where attributes on some kernels only make
+        every kernel's dict slower. Kernels defined before keep what they have."""
         self.kernel_class = type(
             "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
         )
@@ -556,11 +538,8 @@ class Definitions:
 
 class LookupSite:
     """A back-end's one call site of the cached lookup (the launch path's miss runs it).
-
-    ``link(F, tt, key)`` is the uncached lookup (usually ``uncached_lookup`` with the config
-    and context the key names). :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V,
-    F, tt, key)`` with ``link`` as the call site (every key is a tuple).
-    """
+    :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V, F, tt, key)``, ``link``
+    being the uncached lookup and the call site (every key is a tuple)."""
 
     def __init__(
         self, definitions: Definitions, V: type, link: Callable[[Any, tuple[type, ...], Any], Any]

@@ -1,11 +1,7 @@
 """Modules loaded into contexts, and the kernels got from them.
 
-:func:`load` loads a compiled kernel's cubin (or PTX) into one context, once per NVRTC
-program there (the kernels of one source share the module, as they share the program),
-and gets the function: a :class:`LinkedKernel`, what ``cufunction`` caches, with the
-launch path of each signature it was looked up for and the function's cooperative
-limits. Its :meth:`~LinkedKernel.get_global` and :meth:`~LinkedKernel.copy_to_global`
-reach the module's ``__constant__`` and ``__device__`` variables.
+:func:`load` loads a kernel's cubin (or PTX) into one context, once per NVRTC program
+there, and gets the function as a :class:`LinkedKernel`, what ``cufunction`` caches.
 """
 
 from __future__ import annotations
@@ -33,10 +29,9 @@ def _host_address(a: np.ndarray) -> int:
 
 class LinkedKernel:
     """A kernel loaded into one context, with the launch path of each signature it was looked
-    up for (``bound``, the core's, see :mod:`specializer.launching`): the result
-    ``cufunction`` caches. It references no kernel instance (captured values come from
-    each launch). Its module's ``__constant__`` and ``__device__`` variables are reached
-    with :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
+    up for (``bound``): the result ``cufunction`` caches; it holds no kernel instance. Its
+    module's ``__constant__`` and ``__device__`` variables are reached with
+    :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
 
     __slots__ = (
         "__weakref__",

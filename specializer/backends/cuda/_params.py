@@ -1,20 +1,14 @@
 """Kernel parameters laid out once per signature, for the launch path that fills them.
 
-``cuLaunchKernel`` takes the parameters as a ``void**``: an array of pointers, one
-per parameter, to its value. cuda.bindings can build that from a
-``(values, types)`` tuple, allocating and filling two C arrays on every call. Here
-each signature's parameters get a :class:`ParamBuffer`, laid out once (a ctypes
-structure with one field per parameter, C layout, and the ``void*`` array of the
-fields' addresses), and the launch path generated from ``templates/cuda_entry.py.j2``
-stores each argument into its field and passes the array's address, an int, which
-the binding uses as is. A struct by value is its bytes, at the alignment CUDA C gives it.
+``cuLaunchKernel`` takes a ``void**``, one pointer per parameter to its value; cuda.bindings
+would build it from ``(values, types)``, two C arrays allocated on every call. Here each
+signature gets a :class:`ParamBuffer` laid out once (a ctypes structure, C layout, and the array
+of its fields' addresses); the generated launch path stores each argument into its field and
+passes the array's address, an int. A struct by value is its bytes, at CUDA C's alignment.
 
-Threads: a buffer must not change while the driver reads it (during
-``cuLaunchKernel``, which runs without the GIL). Each signature keeps a pool of
-buffers; a launch takes one (``list.pop``, atomic), fills it, launches and gives it
-back (``list.append``). Concurrent launches thus use different buffers, without a
-lock (which would cost three times as much per launch and make threads wait on each
-other); the pool holds as many buffers as launches of that signature ever ran at once.
+A buffer must not change while the driver reads it (``cuLaunchKernel`` runs without the GIL):
+each launch takes one from its signature's pool (``list.pop``, atomic) and gives it back, so
+concurrent launches never share one, without a lock (which would cost three times as much).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The CUDA toolkit's headers: where they are, and what to do when a header is not found.
 
-Every compilation gets the CUDA toolkit's header directories as include paths, after the
-user's own ``-I`` options: the runtime headers (``cuda_fp16.h``, ``cooperative_groups.h``,
-``cuComplex.h``, ...) and CCCL's (``<cuda/std/...>``, CUB, Thrust), found as CuPy finds
-them: through ``cuda.pathfinder``, which looks in NVIDIA's header wheels
-(``cuda-toolkit[cudart,cccl]``, part of the ``cuda`` extra), conda, then
-``CUDA_PATH``/``CUDA_HOME`` and the system's toolkit; without ``cuda.pathfinder``,
-``CUDA_PATH``/``CUDA_HOME`` only. See :func:`toolkit_include_dirs`. A header that is not
-found is an error naming the directory that is missing and how to get it
-(:func:`missing_header_hint`); a host header (``<cstdio>``, a sample's ``helper_cuda.h``)
-is named as host code.
+Every compilation gets the runtime's and CCCL's header directories after the user's ``-I``
+options, found as CuPy finds them: through ``cuda.pathfinder`` (NVIDIA's header wheels, conda,
+then the system's toolkit), else ``CUDA_PATH``/``CUDA_HOME``. A header not found is an error
+saying how to get it; a host header (``<cstdio>``, ``helper_cuda.h``) is named as host code.
 """
 
 from __future__ import annotations
