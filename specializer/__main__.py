@@ -163,9 +163,6 @@ def _after_dashes(args: list[str]) -> list[str]:
     return args[1:] if args[:1] == ["--"] else args
 
 
-# -- dump ------------------------------------------------------------------------------------
-
-
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
     program = _after_dashes(ns.program)
@@ -190,9 +187,6 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     atexit.register(ending)
     ending.status = run_program(target, args)
     return ending.status
-
-
-# -- precompile ------------------------------------------------------------------------------
 
 
 def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -221,9 +215,6 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             except KeyboardInterrupt:  # the command got it too; its status tells what it did
                 continue
     return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
-
-
-# -- main ------------------------------------------------------------------------------------
 
 
 def _top_level_option(arg: str) -> bool:

@@ -112,9 +112,8 @@ _lock = new_lock()  # re-entrant: a finalizer may run while a generation holds i
 
 
 def generated_sources() -> list[GeneratedSource]:
-    """Every function generated so far in this process, in order of generation: those still
-    alive, and the newest :data:`RELEASED_KEPT` of those released since (so memory stays
-    bounded)."""
+    """Every function generated in this process, in order: those alive, and the newest
+    :data:`RELEASED_KEPT` of those released since (so memory stays bounded)."""
     with _lock():
         records = [*_released, *_generated.values()]
     return [g for _, g in sorted(records, key=_first)]
@@ -181,9 +180,8 @@ def render(template: str, **params: Any) -> str:
     return _kept_render(template, params)
 
 
-#: what a template renders in place of the function's name in a kept render: text that no
-#: template spells (a template's own text is ours) and no parameter holds (checked: where
-#: one does, the render keeps its real name)
+#: the function's name in a kept render: text no template spells and no parameter holds
+#: (checked: where one does, the render keeps its real name)
 NAME = "_specializer_generated_name_"
 
 

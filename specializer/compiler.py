@@ -249,16 +249,13 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-#: Every code instance kept (the cache itself is ``MethodInstance.code``), for
-#: :func:`forget_context`: ``id`` -> a weak reference. No callback (one runs wherever the code
-#: dies, a definition's sweep, where an interrupt would be lost): an entry of code that is
-#: gone is replaced by the next of its ``id``, and all are pruned when the registry has
-#: doubled since it last was (``_live_mark``).
+#: Every code instance kept, for :func:`forget_context`: ``id`` -> a weak reference, with no
+#: callback (it would run in a definition's sweep, where an interrupt would be lost): pruned
+#: when the registry has doubled since it last was (``_live_mark``).
 _live: dict[int, weakref.ref[CodeInstance]] = {}
 _live_mark = 64
-#: Closed code instances a live pin's world may still use, for the sweep to look at (see
-#: _sweep): ``id`` -> a weak reference (the method instance owns the code; this only finds
-#: it). Each sweep drops the entries of code that is gone.
+#: Closed code instances a live pin's world may still use, for :func:`_sweep`: ``id`` -> a
+#: weak reference (the method instance owns the code).
 _retained: dict[int, weakref.ref[CodeInstance]] = {}
 _cache_lock = new_lock()
 _compiles = 0

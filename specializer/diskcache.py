@@ -134,9 +134,8 @@ def max_size() -> int:
 
 
 def _not_private(st: os.stat_result, kind: int) -> str | None:
-    """Why a file of status ``st`` is not the user's own of ``kind`` (``stat.S_IFDIR``,
-    ``stat.S_IFREG``) that no one else can write; ``None`` when it is. (Windows: the user's
-    profile directory keeps the cache private, and there is no owner or mode to check.)"""
+    """Why a file of status ``st`` is not the user's own of ``kind`` that no one else can
+    write; ``None`` when it is (always on Windows, which has no owner or mode to check)."""
     if stat.S_IFMT(st.st_mode) != kind:
         return "is not a directory" if kind == stat.S_IFDIR else "is not a regular file"
     if not hasattr(os, "getuid"):
@@ -168,9 +167,8 @@ def _refuse(root: Path, name: str, why: str) -> None:
 
 
 def private_dir(name: str, create: bool) -> Path | None:
-    """The directory of the cache ``name`` when it is private to the user, creating it (and
-    any missing parent) ``0700`` when ``create`` (never in precompile-output mode); ``None``:
-    off, missing or not private."""
+    """The directory of the cache ``name`` if private to the user (with ``create``, made
+    ``0700``, but in precompile-output mode); ``None``: off, missing or not private."""
     d = cache_dir(name)
     if d is None:
         return None
@@ -203,9 +201,8 @@ def private_dir(name: str, create: bool) -> Path | None:
 
 
 def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None:
-    """The bytes of the file at ``path`` if it is a regular file of the user's that no one
-    else can write, at most ``max_size`` of them; ``None`` otherwise. ``touch``: set its
-    modification time to now (the entry was used: least recently used is evicted first)."""
+    """The bytes (at most ``max_size``) of the user's own regular file at ``path`` that no one
+    else can write, else ``None``; ``touch`` marks it used (its modification time)."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
@@ -232,9 +229,8 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
 
 
 def write_private(directory: Path, filename: str, data: bytes) -> bool:
-    """Write ``directory/filename`` whole (``0600``, renamed into place); whether it was
-    written (never raises: a cache that cannot be written is no cache). Nothing is written
-    in precompile-output mode."""
+    """Write ``directory/filename`` whole (``0600``, renamed into place), but in
+    precompile-output mode; whether it was written (never raises)."""
     if precompile.generating_output():
         return False
     tmp = None
@@ -272,8 +268,7 @@ def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
 
 
 def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
-    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`,
-    then evict the least recently used entries while the caches are over :func:`max_size`;
+    """Write ``payload`` with its digest, evicting while the caches are over :func:`max_size`;
     whether it was written (an entry larger than the bound is not)."""
     bound = max_size()
     data = payload + _digest(filename, payload)

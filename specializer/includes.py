@@ -38,9 +38,8 @@ _NAME = re.compile(r'"([^"\n]+)"|<([^>\n]+)>')
 
 
 def include_dirs(options: Sequence[str]) -> list[str]:
-    """The absolute paths of the ``-I`` directories in ``options``, in order: ``-Idir``,
-    ``-I dir``, ``--include-path=dir`` and ``--include-path dir`` (relative ones against
-    the current directory, as the compiler resolves them when the code is built)."""
+    """The absolute paths of the ``-I`` directories in ``options`` (``-Idir``, ``-I dir``,
+    ``--include-path=dir``, ``--include-path dir``), in order."""
     out: list[str] = []
     opts = list(options)
     i = 0
@@ -186,9 +185,8 @@ def digest(
     headers: Mapping[str, str] | None = None,
     source_dir: str | None = None,
 ) -> str:
-    """A hex SHA-256 of what :func:`scan` finds (every included user file's contents and
-    every unresolved include's name), ``''`` when the source includes nothing; past the cap
-    (:data:`MAX_FILES`), a value never returned before, for which :func:`keyed` is False."""
+    """A hex SHA-256 of what :func:`scan` finds, ``''`` when the source includes nothing;
+    past the cap, a value never returned before, for which :func:`keyed` is False."""
     found = scan(source, include_dirs, headers, source_dir)
     if not found:
         return ""

@@ -40,8 +40,7 @@ __all__ = [
     "unsupported_argument",
 ]
 
-#: Argument types of scalar values: Python scalars map to numpy's 64-bit types, and every
-#: numpy scalar type to itself.
+#: Argument types of scalars: a Python scalar type's is numpy's 64-bit one, a numpy type's itself.
 SCALAR_TYPES: dict[type, type[np.generic]] = {
     int: np.int64,
     float: np.float64,
@@ -54,8 +53,7 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
 }
 
 
-#: The numpy types of the scalar values a kernel takes (an annotation must be one of them or
-#: above one).
+#: The numpy types of the scalar values a kernel takes (an annotation is one or above one).
 _SCALAR_VALUES = frozenset(SCALAR_TYPES.values())
 #: Python scalar type -> (what its values dispatch as, what to annotate instead): a Python
 #: value of it is weak (SPEC 8), so no argument has the Python type itself.

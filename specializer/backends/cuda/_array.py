@@ -54,9 +54,8 @@ def _native(a: np.ndarray) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-#: The argument type of each class of values that decides it: the scalar types (filled in by
-#: ``_types``) and each element type's :class:`CuArray` class. ``typeof``'s fast path is one
-#: lookup here by the value's class.
+#: The argument type of each class of values that decides it (the scalar types, filled in by
+#: ``_types``, and each :class:`CuArray` class): ``typeof``'s fast path, one lookup.
 argtypes: dict[type, type] = {}
 
 _classes: dict[np.dtype, type] = {}
@@ -92,9 +91,6 @@ def device_pointer(obj: Any) -> int:
         if ptr is not None:
             return ptr
     return int(obj.__cuda_array_interface__["data"][0])
-
-
-# -- foreign arrays: a reader per class (see the module's docstring) ------------------------------
 
 
 def _view_pointer(v: Any, typestr: str | None) -> int | None:

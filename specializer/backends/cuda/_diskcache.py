@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import diskcache
-from ...diskcache import ENV_VAR, default_dir
 
-__all__ = ["ENV_VAR", "cache_dir", "default_dir", "entry_path", "key_of", "load", "store"]
+__all__ = ["cache_dir", "key_of", "load", "store"]
 
 _MAGIC = b"specializer nvrtc cache 2\n"
 _LEN = struct.Struct("<Q")
@@ -35,12 +34,6 @@ def key_of(parts: dict[str, Any]) -> str:
     """The key of a compilation: the SHA-256 (hex) of its parts in a canonical form."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def entry_path(key: str, directory: Path | None = None) -> Path | None:
-    """Where the entry of ``key`` lives (``None`` when the cache is off)."""
-    d = cache_dir() if directory is None else directory
-    return None if d is None else d / f"{key}{_SUFFIX}"
 
 
 def _encode(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bytes:

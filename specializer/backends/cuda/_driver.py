@@ -174,6 +174,13 @@ def _device(ordinal: int) -> Any:
     return check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
 
 
+def _attribute(name: str, device: Any) -> int:
+    """The device attribute ``CU_DEVICE_ATTRIBUTE_<name>``."""
+    which = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    value: int = check(driver.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute")
+    return value
+
+
 def _create_context(dev: Any) -> Any:
     """``cuCtxCreate`` across cuda-bindings 13 (params, flags, dev) and 12 (flags, dev)."""
     try:
@@ -256,16 +263,8 @@ class Context:
         self._finalizer = weakref.finalize(
             self, _collected, self.token, handle, is_primary, self._alive
         )
-        A = driver.CUdevice_attribute
-        major = check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-            "cuDeviceGetAttribute",
-        )
-        minor = check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-            "cuDeviceGetAttribute",
-        )
-        self.capability: tuple[int, int] = (major, minor)
+        major = _attribute("COMPUTE_CAPABILITY_MAJOR", device)
+        self.capability: tuple[int, int] = (major, _attribute("COMPUTE_CAPABILITY_MINOR", device))
         raw = check(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
         self.name = raw.split(b"\0", 1)[0].decode(errors="replace").strip() if raw else "?"
         self.token.name = repr(self)
@@ -468,21 +467,14 @@ def max_cooperative_blocks(
     found = None if limits is None else limits.get(key)
     if found is not None:
         return found
-    A = driver.CUdevice_attribute
     with pushed(context):
-        if not check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, context.device),
-            "cuDeviceGetAttribute",
-        ):
+        if not _attribute("COOPERATIVE_LAUNCH", context.device):
             raise CUDAError(
                 "cooperative launch",
                 driver.CUresult.CUDA_ERROR_NOT_SUPPORTED,
                 f"{context!r} does not support cooperative launches",
             )
-        sms = check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device),
-            "cuDeviceGetAttribute",
-        )
+        sms = _attribute("MULTIPROCESSOR_COUNT", context.device)
         per_sm = check(
             driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 function, int(block_threads), int(shared_mem)

@@ -42,9 +42,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CUDAArtifact:
-    """What NVRTC made of a job: the PTX, the cubin (``sm_XX``), the entry's lowered name, the
-    architecture, the log, the device source, the entry's name expression, the options
-    (architecture first), and the key of the NVRTC program the kernels of one source share."""
+    """What NVRTC made of a job, with its source, name expression, options and the key of the
+    NVRTC program the kernels of one source share."""
 
     source: str
     ptx: str
@@ -327,8 +326,7 @@ def _compile_error(
 
 # -- the programs the kernels of a source share ---------------------------------------------
 
-#: NVRTC programs built in this process, by what they are built from: the kernels of one
-#: source share one (and the artifact says which, ``program``). Bounded: the newest are kept.
+#: NVRTC programs built in this process, by what they are built from (the newest kept).
 _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
 _programs_lock = new_lock(reentrant=False)

@@ -28,9 +28,8 @@ _KIND_NAMES = {"f": "floating-point", "i": "integer", "ptr": "pointer", "bytes":
 
 
 def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
-    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` named
-    ``lowered``: kind ``"f"`` (``.f32``), ``"i"`` (``.u32``, ``.s8``, ...), ``"ptr"`` (a
-    ``.u64 .ptr``) or ``"bytes"`` (``.b8 name[N]``, ``.b32``: a struct, a ``__half``); None
+    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` ``lowered``, kind
+    ``"f"``, ``"i"``, ``"ptr"`` (``.u64 .ptr``) or ``"bytes"`` (a struct, a ``__half``); None
     when the entry is not found."""
     m = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\(([^)]*)\)", ptx)
     if m is None:
@@ -61,12 +60,10 @@ def _argument_kind(t: type) -> tuple[str, int] | None:
 
 
 def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
-    """A ``TypeError`` when an argument type cannot be what the kernel's parameter is, as
-    the PTX declares it (SPEC 8): another size, or a float for an integer (or the other
-    way); and, for an entry with C++ linkage, an array whose elements differ in kind or size
-    from what the pointer parameter points at, as the mangled name declares it (extern "C"
-    names say nothing of that). Runs where the kernel is compiled (no GPU needed), never on
-    a launch."""
+    """A ``TypeError`` when an argument type cannot be the kernel's parameter as the PTX
+    declares it (SPEC 8): another size, a float for an integer or back; for a C++ entry also
+    an array whose elements differ from what its mangled name says the pointer points at.
+    Runs where the kernel is compiled, never on a launch."""
     params = ptx_parameters(ptx, lowered)
     if params is None:
         return

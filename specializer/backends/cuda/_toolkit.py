@@ -28,8 +28,7 @@ __all__ = [
     "toolkit_include_dirs",
 ]
 
-#: The toolkit's header directories NVRTC is given: what each holds, the file that shows it
-#: is there, and the pip extra that installs it.
+#: The toolkit's header directories NVRTC is given: what each holds, the file that shows it.
 _HEADER_KINDS = {
     "cudart": (
         "the CUDA runtime headers (cuda_fp16.h, cooperative_groups.h, ...)",

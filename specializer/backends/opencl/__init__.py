@@ -14,12 +14,7 @@ from __future__ import annotations
 from ...types import Struct
 from ._args import Array, Buffer, Image, LocalMemory, Sampler, ctype, typeof
 from ._decorators import capture, device, kernel
-from ._launch import (
-    BACKEND,
-    HostKernel,
-    clfunction,
-    launch,
-)
+from ._launch import BACKEND, HostKernel, clfunction, launch
 from ._launch import COMPILER_KWARGS as COMPILER_KWARGS
 from ._launch import LAUNCH_OPTIONS as LAUNCH_OPTIONS
 from ._launch import _launcher as _launcher

@@ -96,9 +96,8 @@ class _ContextKey:
         return f"<context key of {self.name}>"
 
 
-# Per live context (by its cl_context address: a context that is alive keeps its address)
-# its key. Queues are not weakly referenceable, so the library keeps no table of queues:
-# what it keeps for a queue lives in the queue's own __dict__, and goes with it.
+# Each live context's key, by its cl_context address. Queues take no weak references, so what
+# is kept for a queue lives in its own __dict__, and goes with it.
 _context_keys: dict[int, _ContextKey] = {}
 _keys_lock = new_lock(reentrant=False)
 _TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
