@@ -53,8 +53,7 @@ def _templates_dir() -> Path:
 
 
 def template_cache_dir() -> Path | None:
-    """Where renders are kept for the next process (:mod:`specializer.diskcache`); ``None``
-    when the caches are off."""
+    """Where renders are kept for the next process; ``None`` when the caches are off."""
     return diskcache.cache_dir("templates")
 
 
@@ -64,8 +63,8 @@ import_before_fork("jinja2")  # so a child never imports it: a fork never hangs 
 
 
 def _environment() -> jinja2.Environment:
-    """The Jinja environment, made on first use (a process whose renders are all on disk never
-    imports Jinja, see :func:`render`, unless it forks: see :func:`locks.import_before_fork`)."""
+    """The Jinja environment, made on first use (a process whose renders are on disk never
+    imports Jinja)."""
     if _env:
         return _env[0]
     with _lock():
@@ -227,8 +226,7 @@ def _templates_identity() -> str:
 
 
 def _jinja_identity() -> str:
-    """Which Jinja renders: its ``__init__``'s path, size and modification time (an upgrade
-    rewrites it), found without importing Jinja."""
+    """Which Jinja renders: its ``__init__``'s path, size and mtime (without importing it)."""
     spec = importlib.util.find_spec("jinja2")
     if spec is None or not spec.origin:
         return ""
@@ -245,8 +243,8 @@ def _unique(base: str) -> str:
 
 
 def _forget(name: str, filename: str) -> None:
-    """A generated function was released: keep its record among the newest released ones,
-    and drop its lines from linecache (no traceback can point into it any more)."""
+    """A generated function was released: its record joins the released, its lines leave
+    linecache."""
     with _lock():
         record = _generated.pop(name, None)
         if record is not None:

@@ -129,8 +129,7 @@ class CompilerJob:
         return self.mi.method.gf.name
 
     def device_sources(self) -> list[str]:
-        """Each callee's source (dependencies first), then the kernel's: each method body
-        called with the concrete argument types."""
+        """Each callee's source (dependencies first), then the kernel's."""
         return [_generate(mi) for mi in (*self.callees, self.mi)]
 
     def __repr__(self) -> str:
@@ -142,9 +141,8 @@ _BODY_TB = "_specializer_body_traceback"
 
 
 def _generate(mi: MethodInstance) -> str:
-    """Call ``mi``'s method body. Its error keeps the traceback from the body on (see
-    :func:`body_traceback`) and gains a note naming the method and types; a body that
-    returns no str is a TypeError saying where the method is and what to return."""
+    """Call ``mi``'s method body: its error keeps its traceback from the body on and gains a
+    note naming the method; a body returning no str is a TypeError saying what to return."""
     fn = mi.method.fn
     try:
         src = fn(*mi.tt)
@@ -166,8 +164,7 @@ def _generate(mi: MethodInstance) -> str:
 
 
 def _where(mi: MethodInstance) -> str:
-    """``method f(T...) (file:line)``, and ``, called for f(t...),`` when the types differ: a
-    method body, for messages."""
+    """``method f(T...) (file:line)`` (``, called for f(t...),`` where the types differ)."""
     m = mi.method
     code = getattr(m.fn, "__code__", None)
     at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
@@ -267,8 +264,8 @@ def compile_count() -> int:
 
 
 def _dependencies(job: CompilerJob) -> list[Dependency]:
-    """Every dispatch the job's code depends on: the kernel's own, then its callees' (each a
-    nullary dispatch of a device function), transitively. Sets ``job.callees``."""
+    """Every dispatch the job's code depends on: the kernel's, then its callees', transitively.
+    Sets ``job.callees``."""
     deps = [(job.mi.method.gf, job.mi.tt, job.mi.method)]
     order: list[MethodInstance] = []
     seen: set[int] = set()
@@ -333,15 +330,13 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
 
 
 def _track(registry: dict[int, weakref.ref[CodeInstance]], ci: CodeInstance) -> None:
-    """Put ``ci`` in ``registry`` (``_live`` or ``_retained``), held weakly."""
     registry[id(ci)] = weakref.ref(ci)
 
 
 def _tracked(
     registry: dict[int, weakref.ref[CodeInstance]], prune: bool = False
 ) -> list[CodeInstance]:
-    """The code instances of ``registry`` still alive; with ``prune`` (the world lock held),
-    its entries of code that is gone are dropped."""
+    """The live code instances of ``registry``; ``prune`` (world lock held) drops the rest."""
     alive = []
     for key, ref in registry.copy().items():
         ci = ref()
@@ -364,9 +359,8 @@ def code_instances(gf: GenericFunction) -> list[CodeInstance]:
 
 
 def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
-    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used. The
-    edges are registered before the code is published by one store, so no interrupt leaves
-    code in the cache that no definition could end."""
+    """Keep ``ci`` with backedges on every dispatch it used, registered before the one store
+    that publishes it, so no interrupt leaves code in the cache that no definition could end."""
     mi, key = job.mi, job.config._key
     with _world.lock():
         # A definition made since the job's world ran before these edges existed: if any
@@ -394,11 +388,10 @@ def _find(job: CompilerJob) -> CodeInstance | None:
 
 
 def _sweep(ended: list[Any], after: bool) -> None:
-    """A definition's part in the cache, with the world lock held. Before it closes the code
-    instances ``ended``, they are recorded as closed (``_retained``); after its world is
-    published, each recorded one that no live pin's world can use is dropped from the cache
-    with its linked handles. (An interrupt between the two leaves the record, so the next
-    definition's sweep releases them.)"""
+    """A definition's part in the cache, with the world lock held: before it closes the code
+    instances ``ended`` they are recorded (``_retained``); after its world is published, each
+    recorded one no live pin's world can use is dropped with its linked handles. (An
+    interrupt between the two leaves the record for the next definition's sweep.)"""
     if not after:
         for ci in ended:
             if isinstance(ci, CodeInstance):
@@ -425,8 +418,7 @@ _on_invalidate.append(_sweep)
 
 
 def _release_for_dead_pins() -> None:
-    """A pin died: release the closed code kept for it (nothing to do, and no lock taken,
-    while no closed code is kept: the usual case of a miss's own pin)."""
+    """A pin died: release the closed code kept for it (no lock while none is kept)."""
     if _retained:
         with _world.lock():
             _sweep([], True)
@@ -456,8 +448,7 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
 
 
 def _linked(job: CompilerJob, ci: CodeInstance, context: Hashable) -> Any:
-    """``ci`` linked for ``context``: linked on a miss; checked again by the back-end
-    (:meth:`Backend.relink`) in another world than it was last checked in."""
+    """``ci`` linked for ``context`` (on a miss), or relinked in another world than last."""
     entry = ci.linked.get(context)
     if entry is None:
         linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
@@ -517,8 +508,7 @@ class device_code(_world.Block):
 
 class device_code_source(_world.Block):
     """``with device_code_source() as sources:`` collects the device source of each kernel
-    looked up inside the block; a block that looked up no kernel raises a clear error when
-    it ends (unless it ends with an error of its own)."""
+    looked up inside the block; a block that looked up none raises when it ends."""
 
     kind = "hook"
 

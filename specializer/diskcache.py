@@ -65,8 +65,7 @@ _usage_lock = new_lock(reentrant=False)
 
 
 def _home() -> Path | None:
-    """The user's home directory, or ``None`` (with one warning) when there is none, as in a
-    container run under a uid with no passwd entry and no ``HOME``."""
+    """The user's home directory, or ``None`` with one warning (no ``HOME``, no passwd entry)."""
     try:
         home = Path.home()
     except (RuntimeError, KeyError, OSError):
@@ -83,8 +82,7 @@ def _home() -> Path | None:
 
 
 def default_dir() -> Path | None:
-    """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset: under the user's cache
-    directory; ``None`` when there is no home directory to put it in."""
+    """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset (``None``: no home)."""
     if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
         return Path(os.environ["LOCALAPPDATA"]) / "specializer" / "Cache"
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -101,8 +99,7 @@ def default_dir() -> Path | None:
 
 
 def cache_dir(name: str) -> Path | None:
-    """The directory of the cache ``name`` (``"cuda"``, ``"templates"``), or ``None`` when the
-    caches are off."""
+    """The directory of the cache ``name`` (``"cuda"``), or ``None`` when the caches are off."""
     value = os.environ.get(ENV_VAR)
     if value is None:
         d = default_dir()
@@ -148,7 +145,6 @@ def _not_private(st: os.stat_result, kind: int) -> str | None:
 
 
 def _warn_once(key: tuple[str, str], message: str) -> None:
-    """Warn ``message`` once per ``key`` and process."""
     with _warned_lock():
         if key in _warned:
             return
@@ -286,8 +282,7 @@ def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
 
 
 def _touch(fd: int, path: Path) -> None:
-    """Set the modification time of the file open as ``fd`` to now (by its ``path`` where
-    a descriptor cannot be given: Windows); never raises."""
+    """Set the modification time of the file open as ``fd`` (or at ``path``) to now."""
     try:
         os.utime(fd if os.utime in os.supports_fd else path)
     except OSError:

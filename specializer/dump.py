@@ -161,8 +161,7 @@ def check_out(out: Path) -> str | None:
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directory entries at once (Linux's renameat2 RENAME_EXCHANGE); False where that
-    is not available."""
+    """Swap two directory entries at once (renameat2's RENAME_EXCHANGE); False if unavailable."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -205,8 +204,7 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def _lock(fd: int, wait: bool) -> bool:
-    """Lock the directory open as ``fd`` for this process (released when it closes the fd or
-    dies); whether it got the lock. Windows has no such lock: never."""
+    """Lock the directory open as ``fd`` until the fd closes; whether it did (never on Windows)."""
     if sys.platform == "win32":
         return False
     import fcntl

@@ -174,8 +174,7 @@ def _read(path: str) -> tuple[str, str, str] | None:
 
 
 def keyed(digest: str) -> bool:
-    """Whether ``digest`` (of :func:`digest`) keys the code: False past the cap, where it
-    never matches another, so no cache (in memory or on disk) should keep the code."""
+    """Whether ``digest`` keys the code: False past the cap, where no cache should keep it."""
     return not digest.startswith(_UNKEYED)
 
 

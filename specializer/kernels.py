@@ -137,8 +137,7 @@ class Kernel(_ByName, GenericFunction):
         self._closures_lock = new_lock(reentrant=False)
 
     def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
-        """Add ``fn`` as a method, its annotations checked as its back-end's ``@kernel``
-        checks them (``@fill.method`` comes here too: one path for every definition)."""
+        """Add ``fn`` as a method, its annotations checked as ``@kernel`` checks them."""
         definitions = getattr(self, "_definitions", None)
         if signature is None and definitions is not None and callable(fn):
             localns = kwargs.get("localns", args[1] if len(args) > 1 else None)
@@ -234,8 +233,7 @@ def kernel_of(F: Any) -> tuple[Kernel, tuple[type, ...]]:
 
 
 def uncached_lookup(F: Any, tt: tuple[type, ...], config: CompilerConfig, context: Hashable) -> Any:
-    """Dispatch in the task's world, then the compiled-code cache, then the handle for
-    ``context``: the lookup a back-end wraps in ``cached_lookup``."""
+    """Dispatch, compiled-code cache, handle for ``context``: what ``cached_lookup`` wraps."""
     return compile_and_link(_job(F, tt, config), context)[1]
 
 
@@ -246,8 +244,7 @@ def _job(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> CompilerJob:
 
 
 def code_of(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> Any:
-    """Dispatch in the task's world, then the compiled-code cache: the artifact, linked
-    nowhere (what a back-end's ``code_ptx`` and similar reflection return from)."""
+    """Dispatch, then the compiled-code cache: the artifact, linked nowhere (``code_ptx``)."""
     return compile_only(_job(F, tt, config)).artifact
 
 
@@ -257,9 +254,8 @@ _G = TypeVar("_G", covariant=True)
 
 
 class Decorator(Protocol[_F, _G]):
-    """The type of a back-end's ``kernel`` (``_F`` a function returning source, ``_G`` a
-    :class:`Kernel`) and ``device`` (``_G`` a :class:`DeviceFunction`): ``@kernel``, or
-    ``@kernel(callees=[...], localns=locals())`` (typed here once for every back-end)."""
+    """The type of a back-end's ``kernel`` (``_G`` a :class:`Kernel`) and ``device`` (``_G`` a
+    :class:`DeviceFunction`): ``@kernel`` or ``@kernel(callees=[...], localns=locals())``."""
 
     @overload
     def __call__(
@@ -280,9 +276,8 @@ class Decorator(Protocol[_F, _G]):
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The function ``fn`` wraps (``__wrapped__``, as ``functools.wraps`` sets it, followed to
-    the end): a definition through a wrapping decorator is keyed by the ``def`` itself, not by
-    the wrapper's closure, which is new on every decoration."""
+    """The function ``fn`` wraps (``__wrapped__``, followed to the end): a definition is keyed
+    by the ``def`` itself, not by a wrapper's closure, new on every decoration."""
     try:
         inner: Callable[..., Any] = inspect.unwrap(fn)
     except ValueError:  # a cycle of __wrapped__: the function as it is
@@ -388,9 +383,8 @@ class Definitions:
     def kernel_signature(
         self, name: str, fn: Callable[..., Any], localns: dict[str, Any] | None
     ) -> tuple[type, ...]:
-        """The signature of ``fn`` as a method of kernel ``name``, from its annotations, each
-        checked to be one some argument of this back-end matches (SPEC 8): what ``@kernel``
-        and ``@k.method`` both define with."""
+        """The signature of ``fn`` as a method of kernel ``name`` (``@kernel``'s and
+        ``@k.method``'s), each annotation checked to be one some argument matches (SPEC 8)."""
         sig = signature_of(fn, localns)
         params = [
             p.name
@@ -484,8 +478,7 @@ class Definitions:
         return k
 
     def capture(self, kernel: Kernel, *values: Any) -> KernelInstance:
-        """``kernel.capture(*values)``, for a kernel defined with these decorators: a kernel
-        instance whose values are passed as leading arguments on every launch."""
+        """``kernel.capture(*values)``, for a kernel defined with these decorators."""
         if not isinstance(kernel, Kernel):
             raise TypeError(
                 f"capture takes a kernel (from {self.module}.kernel) and the values to pass "
@@ -494,8 +487,7 @@ class Definitions:
         return self.own(kernel).capture(*values)
 
     def kernel_type(self, f: Any) -> Any:
-        """``F`` of ``f``: a kernel itself, or a kernel instance's type (not yet checked to be
-        one of these decorators'; :meth:`own` does that)."""
+        """``F`` of ``f``: a kernel, or a kernel instance's type (:meth:`own` checks it)."""
         if isinstance(f, Kernel):
             return f
         if isinstance(f, KernelInstance):
@@ -510,8 +502,7 @@ class Definitions:
         )
 
     def _decorator(self, cls: type, name: str, doc: str | None) -> Any:
-        """The ``kernel`` or ``device`` decorator (``name``) of these definitions: a function
-        of the back-end's module, with the back-end's docstring for its users."""
+        """The ``kernel`` or ``device`` decorator, with the back-end's docstring."""
         what = f"@{self.module.rpartition('.')[2]}.{name}"
 
         def decorator(

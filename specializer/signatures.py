@@ -16,7 +16,6 @@ _WEAK_META = type(WeakScalar)
 
 
 def _is_weak(t: object) -> TypeGuard[type[WeakScalar]]:
-    """Whether ``t`` is a weak scalar type (``Weak[int]``, ``Weak[float]``, ``Weak[bool]``)."""
     return type(t) is _WEAK_META and t is not WeakScalar
 
 

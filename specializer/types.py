@@ -48,8 +48,7 @@ else:
 
     class _Parametric:
         """``typing.Generic`` for type checkers only: at run time ``_Parametric[T]`` is
-        ``object``, so that :class:`DeviceArray`'s bases and every array class's MRO are what
-        they were (the metaclass's ``__getitem__``, not ``Generic``, makes ``Array[T]``)."""
+        ``object``, so the array classes' MROs are plain (the metaclass makes ``Array[T]``)."""
 
         def __class_getitem__(cls, params: Any) -> type:
             return object
@@ -67,9 +66,8 @@ def _scalar_type(t: Any) -> type[np.generic]:
 
 
 def _canonical(t: type[np.generic]) -> type[np.generic]:
-    """The one scalar type of ``t``'s dtype: numpy has two classes for some equal dtypes
-    (``np.longlong`` and ``np.int64`` on Linux, ``np.ulonglong`` and ``np.uint64``), and an
-    array's type must not depend on which spelling came first (SPEC 8)."""
+    """The one scalar type of ``t``'s dtype (``np.int64`` for ``np.longlong`` on Linux), so an
+    array's type does not depend on which spelling came first (SPEC 8)."""
     if t not in _CONCRETE_SCALARS:  # np.floating, ...: an abstract type is its own
         return t
     return cast("type[np.generic]", np.dtype(np.dtype(t).str).type)
@@ -274,9 +272,8 @@ Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
 
 
 def weak_type(value: Any) -> type[WeakScalar] | None:
-    """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``, ...),
-    as of the scalar itself: ``bool`` before ``int``; None for anything else. A back-end's
-    ``typeof`` asks it after ``WEAK.get(type(value))`` and its own types."""
+    """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``), as of
+    the scalar itself (``bool`` before ``int``); None for anything else."""
     for py in (bool, int, float):
         if isinstance(value, py):
             return WEAK[py]
@@ -284,9 +281,8 @@ def weak_type(value: Any) -> type[WeakScalar] | None:
 
 
 def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
-    """Pickle an argument type by reference: a root (``cl.Array``, ``Struct``, ``WeakScalar``)
-    by its name in its module, a parametric one as its root subscripted (``Array[np.float32]``
-    is ``operator.getitem(Array, np.float32)``), so that it unpickles to the interned class."""
+    """Pickle an argument type by reference: a root by its name in its module, a parametric
+    one as its root subscripted, so that it unpickles to the interned class."""
     meta = type(cls)  # (tested, not cls: cls keeps its attributes for the type checker)
     if issubclass(meta, _ArrayMeta) and "eltype" in cls.__dict__:
         key = cls._whole if cls._whole is not None else cls.eltype
@@ -383,8 +379,7 @@ def _finite_range(t: type) -> tuple[float, float] | None:
 
 def describe_parameter(linked: Any, i: int) -> str:
     """``parameter 1 (v) of kernel put(Array[np.float32], np.float32)``: parameter ``i``
-    (counting captured values first, from 0) of a linked kernel, by its ``name``, ``tt`` and,
-    where it has them, its parameter names ``params``."""
+    (captured values first, from 0) of a linked kernel (its ``name``, ``tt``, ``params``)."""
     params = getattr(linked, "params", None) or ()
     name = f" ({params[i]})" if i < len(params) and params[i] else ""
     signature = f"{linked.name}({', '.join(type_name(t) for t in linked.tt)})"
@@ -392,9 +387,8 @@ def describe_parameter(linked: Any, i: int) -> str:
 
 
 def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
-    """The error of a weak value out of numpy type ``t``'s range (``weak_range``), for the
-    parameter ``where`` names (``describe_parameter``): ``1e+39 does not fit np.float32
-    (-3.4028235e+38 to 3.4028235e+38), the type of parameter 1 (v) of kernel ...``."""
+    """The error of a weak value out of numpy type ``t``'s range, for the parameter ``where``
+    names: ``1e+39 does not fit np.float32 (-3.4e+38 to 3.4e+38), the type of parameter ...``."""
     info: Any = None
     if weak_range(t) is not None:
         info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(cast(Any, t))

@@ -43,8 +43,6 @@ def kernel_names(source: str) -> list[str]:
     return [n for n, count in names.items() if count == 1]
 
 
-# -- a C++ entry's parameter types, from its mangled name ------------------------------------
-
 _MANGLED_BUILTINS = {
     **{"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char"},
     **{"s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long"},

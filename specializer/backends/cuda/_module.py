@@ -22,7 +22,6 @@ __all__ = ["LinkedKernel", "load"]
 
 
 def _host_address(a: np.ndarray) -> int:
-    """The address of a contiguous numpy array's data (its array interface)."""
     address: int = a.__array_interface__["data"][0]
     return address
 

@@ -69,8 +69,6 @@ class NVRTCResult:
     cached: bool = field(default=False, compare=False)
 
 
-# -- one NVRTC compilation ------------------------------------------------------------------
-
 _compiles = 0
 _compiles_lock = new_lock(reentrant=False)
 
@@ -323,8 +321,6 @@ def _compile_error(
         log,
     )
 
-
-# -- the programs the kernels of a source share ---------------------------------------------
 
 #: NVRTC programs built in this process, by what they are built from (the newest kept).
 _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()

@@ -160,8 +160,6 @@ def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
     return ("int", dtype.itemsize) if dtype.kind in "biu" else None
 
 
-# -- a module's variables -------------------------------------------------------------------
-
 _PTX_GLOBAL = re.compile(
     r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)",
     re.M,

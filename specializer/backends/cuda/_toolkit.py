@@ -155,8 +155,6 @@ def install_hint() -> str:
     )
 
 
-# -- a header NVRTC could not open -----------------------------------------------------------
-
 # Host-only headers: the C and C++ standard library (NVRTC compiles device code only, and
 # ships none of them) and the host helpers of NVIDIA's CUDA samples.
 _HOST_HEADERS = frozenset(
