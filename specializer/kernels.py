@@ -1,11 +1,9 @@
 """What every back-end shares: generic kernels and device functions, captured values
 (kernel instances), scalar argument types, and the uncached kernel lookup.
 
-A back-end makes one :class:`Definitions` (its ``kernel`` and ``device``
-decorators), maps values to argument types with its own ``typeof`` (built on
-:data:`SCALAR_TYPES` and the weak types of :mod:`specializer.types`), and wraps
-:func:`uncached_lookup` in ``cached_lookup`` through a :class:`LookupSite`, which
-:class:`specializer.launching.Launcher` (its launch path) makes for it.
+A back-end makes one :class:`Definitions` (its decorators), maps values to argument types with
+its own ``typeof``, and wraps :func:`uncached_lookup` in ``cached_lookup`` through the
+:class:`LookupSite` its :class:`specializer.launching.Launcher` makes.
 """
 
 from __future__ import annotations

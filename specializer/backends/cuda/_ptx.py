@@ -1,9 +1,6 @@
-"""What the back-end reads of PTX: a kernel's parameters, checked against the argument
-types of its lookup where it is compiled (SPEC 8), and a module's variables.
-
-The PTX ``.param`` types give each parameter's size and kind (integer, floating-point,
-pointer, bytes); for a C++ entry, its mangled name (:mod:`._cxx`) adds what each pointer
-points at. Nothing here runs on a launch.
+"""What the back-end reads of PTX: a kernel's parameters (size and kind; for a C++ entry, its
+mangled name adds what each pointer points at), checked against the argument types where it
+is compiled (SPEC 8), and a module's variables. Nothing here runs on a launch.
 """
 
 from __future__ import annotations
