@@ -216,8 +216,7 @@ class CuArray:
 
     @classmethod
     def wrap(cls, ptr: int, shape: Any, dtype: Any, *, owner: Any = None) -> CuArray:
-        """A view of device memory someone else owns (kept alive through ``owner``); never
-        freed by this object. Needs no driver call."""
+        """A view of device memory someone else owns (kept alive through ``owner``)."""
         self = object.__new__(cuarray_class(dtype) if cls is CuArray else cls)
         self._describe(shape, dtype)
         self.context = None

@@ -92,8 +92,7 @@ def load(key: str) -> dict[str, Any] | None:
 
 
 def store(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bool:
-    """Write the entry of ``key`` (see :func:`specializer.diskcache.write_entry`); whether it
-    was written."""
+    """Write the entry of ``key``; whether it was written."""
     d = diskcache.private_dir("cuda", create=True)
     if d is None:
         return False

@@ -149,8 +149,7 @@ _primaries: dict[int, Context] = {}
 
 
 def _unchecked() -> None:
-    """:data:`check_use` before ``_launch`` sets it (the package's ``__init__`` imports
-    ``_launch`` before anything here can be called)."""
+    """:data:`check_use` until ``_launch`` sets it, at the package's import."""
 
 
 #: Run before each use of the device: records that this process uses it, or raises the fork

@@ -162,8 +162,7 @@ class LinkedKernel:
 def load(
     job: CompilerJob, artifact: CUDAArtifact, token: ContextKey, context: Context
 ) -> LinkedKernel:
-    """Load ``artifact`` into ``context`` (whose key is ``token``), once per NVRTC program,
-    and get the kernel's function."""
+    """Load ``artifact`` into ``context`` once per NVRTC program; the kernel's function."""
     image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
     detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"
     # one module per program and context: the kernels of one source share it (and its

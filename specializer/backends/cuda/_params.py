@@ -149,8 +149,7 @@ _pools_lock = new_lock(reentrant=False)
 
 
 def pool(tt: tuple[type, ...]) -> list[ParamBuffer]:
-    """The pool of parameter buffers of signature ``tt`` (every parameter's concrete type,
-    captured ones first), shared by every kernel of that signature."""
+    """The parameter buffers of signature ``tt``, shared by every kernel of that signature."""
     p = _pools.get(tt)
     if p is None:
         with _pools_lock():

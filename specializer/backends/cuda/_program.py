@@ -74,8 +74,7 @@ _compiles_lock = new_lock(reentrant=False)
 
 
 def nvrtc_compiles() -> int:
-    """How many times this process has run NVRTC's compiler (``nvrtcCompileProgram``); an
-    entry found in the disk cache runs it zero times."""
+    """How many times NVRTC's compiler ran in this process (a disk-cache hit runs it not)."""
     return _compiles
 
 

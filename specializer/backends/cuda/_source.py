@@ -83,8 +83,7 @@ class KernelSource(_KernelSource):
 
 @dataclass(frozen=True)
 class Program:
-    """What one NVRTC program is built from: the joined device source, its name, the
-    in-memory headers of every part, the architecture and options."""
+    """What one NVRTC program is built from (every part's in-memory headers merged)."""
 
     source: str
     name: str | None

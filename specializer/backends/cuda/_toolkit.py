@@ -106,8 +106,7 @@ def _header_dirs() -> tuple[_HeaderDir, ...]:
 
 
 def toolkit_include_dirs() -> tuple[str, ...]:
-    """The toolkit's header directories every compilation gets as include paths (found once
-    per process): the runtime headers' and CCCL's, each where it was found."""
+    """The runtime's and CCCL's header directories every compilation gets (found once)."""
     out: list[str] = []
     for d in _header_dirs():
         if d.path and d.path not in out:

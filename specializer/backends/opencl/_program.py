@@ -47,8 +47,7 @@ class KernelSource(_KernelSource):
 
 @dataclass(frozen=True)
 class OpenCLSource:
-    """The compiled artifact: the OpenCL C program of one kernel and its callees, and the
-    build options their methods returned (the launch's are added to them when it is built)."""
+    """The artifact: a kernel's and its callees' OpenCL C, with their methods' build options."""
 
     name: str
     source: str

@@ -134,7 +134,6 @@ def _release(ck: _ContextKey, ref_id: int) -> None:
 
 
 def _forget(ck: _ContextKey) -> None:
-    """A context is gone: what was built and linked for it goes too, with the kernel
-    objects of each linked kernel's pool (they refer to it)."""
+    """A context is gone: what was built and linked for it goes, with the pools' kernel objects."""
     for linked in launching.forget(ck):
         linked.pool.clear()  # a launch still running with it takes a new kernel object
