@@ -16,17 +16,14 @@ Start here (OpenCL on PoCL's CPU device: ``pip install 'specializer[opencl]'``):
     assert (x.get() == 3).all()
 
 Define ``fill`` again, or a more specific method, and the next launch runs the new code.
-CUDA mirrors it: ``from specializer.backends import cuda``, ``cuda.launch(f, *args,
-grid=..., block=...)``. Read on in ``docs/getting-started.md`` and ``docs/user-guide.md``
-(errors and their fixes: ``docs/troubleshooting.md``); ``python -m specializer demo`` shows
-why a kernel cache needs the world age; ``python -m specializer dump --device-source
-my_script.py`` shows what a program generated and built.
+CUDA mirrors it: ``cuda.launch(f, *args, grid=..., block=...)``. Read on in
+``docs/getting-started.md`` and ``docs/user-guide.md``; ``python -m specializer demo`` shows
+why a kernel cache needs the world age, ``python -m specializer dump --device-source
+my_script.py`` what a program generated and built.
 
-A Python port of GPUCompiler.jl's ``cached_lookup``, with the machinery that
-makes "exactly right" mean something: a world-age model, generic kernels with
-methods and callees, and a compiled-code cache with world validity ranges.
-Back-ends live in ``specializer.backends`` (OpenCL on PoCL, CUDA); this package
-never imports them.
+A Python port of GPUCompiler.jl's ``cached_lookup``: a world-age model, generic kernels with
+methods and callees, and a compiled-code cache with world validity ranges. The back-ends in
+``specializer.backends`` are never imported by this package.
 """
 
 from .codegen import GeneratedSource, generated_sources

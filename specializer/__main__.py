@@ -1,11 +1,6 @@
 """Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`).
 
-- demo: run the OpenCL demo on PoCL (why a kernel cache needs the world age; launch costs).
-- dump [--out DIR] [--device-source] SCRIPT_OR_MODULE [ARGS...]: run a program, then, once it
-  and its non-daemon threads have ended, print (or write one file per function to DIR, as a
-  set, whole or not at all) every function generated while it ran, and with --device-source
-  the device source of every kernel it looked up (the work is :mod:`specializer.dump`'s).
-- precompile [--] CMD [ARGS...]: run a build command with precompile-output mode on.
+Each command's help below says what it does; the dump's work is :mod:`specializer.dump`'s.
 """
 
 from __future__ import annotations
@@ -129,8 +124,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         DEMO_HELP,
         DEMO_EPILOG,
     )
-    # The demo's own defaults apply to what is not given.
-    # (the demo's own parser checks the values: whole numbers of at least 1)
+    # The demo's own parser gives the defaults and checks the values.
     demo.add_argument(
         "--launches", default=argparse.SUPPRESS, help="launches per timed round (default 3000)"
     )
@@ -169,9 +163,6 @@ def _after_dashes(args: list[str]) -> list[str]:
     return args[1:] if args[:1] == ["--"] else args
 
 
-# -- dump ------------------------------------------------------------------------------------
-
-
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
     program = _after_dashes(ns.program)
@@ -196,9 +187,6 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     atexit.register(ending)
     ending.status = run_program(target, args)
     return ending.status
-
-
-# -- precompile ------------------------------------------------------------------------------
 
 
 def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -227,9 +215,6 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             except KeyboardInterrupt:  # the command got it too; its status tells what it did
                 continue
     return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
-
-
-# -- main ------------------------------------------------------------------------------------
 
 
 def _top_level_option(arg: str) -> bool:

@@ -1,12 +1,9 @@
 """Generated functions: Jinja templates rendered to Python source, exec'd, and kept reviewable.
 
-The discipline is that of Julia's ``@generated`` functions: a template receives
-names and counts, never values. Every value a generated function needs (a cache
-entry, a kernel, a type) is bound as a default argument or a global of its own
-namespace, so nothing a user controls (a kernel named with quotes, a key's repr)
-ever becomes code. Each function gets a deterministic name made of sanitized
-parts of its specialization, and its source is registered with ``linecache`` so
-tracebacks and ``inspect.getsource`` show the real lines.
+As Julia's ``@generated`` functions, a template receives names and counts, never values: every
+value a generated function needs is bound as a default or a global of its own namespace, so
+nothing a user controls becomes code. Each function's source is registered with ``linecache``
+so tracebacks and ``inspect.getsource`` show the real lines.
 """
 
 from __future__ import annotations
@@ -45,9 +42,6 @@ __all__ = [
     "write_atomic",
 ]
 
-#: the environment variable naming specializer's cache directory ("" or "0": off)
-CACHE_ENV_VAR = "SPECIALIZER_CACHE_DIR"
-
 
 def _templates_dir() -> Path:
     """``templates/``: inside the package in a wheel, beside it in a checkout."""
@@ -59,9 +53,7 @@ def _templates_dir() -> Path:
 
 
 def template_cache_dir() -> Path | None:
-    """Where renders are kept for the next process: ``templates`` in the caches' directory
-    (see :mod:`specializer.diskcache`), or ``None`` when ``SPECIALIZER_CACHE_DIR`` is "" or
-    "0"."""
+    """Where renders are kept for the next process; ``None`` when the caches are off."""
     return diskcache.cache_dir("templates")
 
 
@@ -71,8 +63,8 @@ import_before_fork("jinja2")  # so a child never imports it: a fork never hangs 
 
 
 def _environment() -> jinja2.Environment:
-    """The Jinja environment, made on first use (a process whose renders are all on disk never
-    imports Jinja, see :func:`render`, unless it forks: see :func:`locks.import_before_fork`)."""
+    """The Jinja environment, made on first use (a process whose renders are on disk never
+    imports Jinja)."""
     if _env:
         return _env[0]
     with _lock():
@@ -119,10 +111,8 @@ _lock = new_lock()  # re-entrant: a finalizer may run while a generation holds i
 
 
 def generated_sources() -> list[GeneratedSource]:
-    """Every function generated so far in this process, in order of generation: all those
-    still alive, and the newest :data:`RELEASED_KEPT` of those released since (a lookup
-    site whose code is gone releases its functions), so memory stays bounded in a process
-    that re-runs a notebook cell for hours."""
+    """Every function generated in this process, in order: those alive, and the newest
+    :data:`RELEASED_KEPT` of those released since (so memory stays bounded)."""
     with _lock():
         records = [*_released, *_generated.values()]
     return [g for _, g in sorted(records, key=_first)]
@@ -176,18 +166,10 @@ def add_template_dir(path: str | os.PathLike[str]) -> None:
 def render(template: str, **params: Any) -> str:
     """Render ``templates/<template>`` with identifiers and ints only.
 
-    What a render gives depends on nothing but the template files, Jinja and ``params``, so
-    it is kept on disk (:func:`template_cache_dir`, one file per distinct render) and the
-    next process reads it instead of importing Jinja and compiling the template: this is most
-    of a process's cold start before its first launch. A kept render is exec'd, so it is used
-    only when its digest matches (:func:`diskcache.read_entry`); anything else is rendered
-    and written again (not in precompile-output mode, which writes nothing).
-
-    The function's ``name`` is not part of what is kept: the template is rendered with
-    :data:`NAME` in its place, and the name (an identifier, as every parameter is) is put
-    wherever the render has that text. So every kernel of one shape (a signature's kinds and
-    counts, a lookup's entries) shares one kept render, however many kernels, factory
-    products or numbered names there are; a template writes ``{{ name }}`` as is."""
+    A render depends only on the template files, Jinja and ``params``, so it is kept on disk
+    (:func:`template_cache_dir`) and the next process skips importing Jinja, most of its cold
+    start. It is kept with :data:`NAME` for the function's name, put in after the read, so
+    every kernel of one shape shares one kept render (the cache map in ``docs/design.md``)."""
     for k, v in params.items():
         _check_param(k, v)
     name = params.get("name")
@@ -197,9 +179,8 @@ def render(template: str, **params: Any) -> str:
     return _kept_render(template, params)
 
 
-#: what a template renders in place of the function's name in a kept render: text that no
-#: template spells (a template's own text is ours) and no parameter holds (checked: where
-#: one does, the render keeps its real name)
+#: the function's name in a kept render: text no template spells and no parameter holds
+#: (checked: where one does, the render keeps its real name)
 NAME = "_specializer_generated_name_"
 
 
@@ -230,10 +211,8 @@ _identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
 
 
 def _templates_identity() -> str:
-    """A digest of every template file that can be found and of Jinja's own files: a render
-    kept on disk is used only while all of them are the same. The files are looked at on
-    every render (a template edited while the process runs renders anew); their contents
-    are read again only when one changed."""
+    """A digest of every template file found and of Jinja: a kept render is used only while
+    all are the same. Looked at on every render; contents read again only when one changed."""
     files = [f for d in _search_path for f in sorted(Path(d).glob("*.j2"))]
     stats = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
     if _identity and _identity[0][0] == stats:
@@ -247,9 +226,7 @@ def _templates_identity() -> str:
 
 
 def _jinja_identity() -> str:
-    """Which Jinja renders: the path, size and modification time of its package's
-    ``__init__`` (which holds its version: an upgrade rewrites it), found without importing
-    Jinja."""
+    """Which Jinja renders: its ``__init__``'s path, size and mtime (without importing it)."""
     spec = importlib.util.find_spec("jinja2")
     if spec is None or not spec.origin:
         return ""
@@ -266,8 +243,8 @@ def _unique(base: str) -> str:
 
 
 def _forget(name: str, filename: str) -> None:
-    """A generated function was released: keep its record among the newest released ones,
-    and drop its lines from linecache (no traceback can point into it any more)."""
+    """A generated function was released: its record joins the released, its lines leave
+    linecache."""
     with _lock():
         record = _generated.pop(name, None)
         if record is not None:
@@ -282,11 +259,8 @@ def generate(
     specialization: str,
     **params: Any,
 ) -> FunctionType:
-    """Render ``template`` as a function named from ``name_parts``, exec it with ``namespace``
-    as its globals, register its source, and return it.
-
-    The template receives ``name`` (the function's name) and ``params``.
-    """
+    """Render ``template`` (with ``name`` and ``params``) as a function named from
+    ``name_parts``, exec it with ``namespace`` as its globals, register its source, return it."""
     with _lock():
         name = _unique(identifier(*name_parts))
         source = render(template, name=name, **params)

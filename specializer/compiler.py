@@ -1,30 +1,12 @@
 """Compiler jobs, the compiled-code cache with world ranges, and compile hooks.
 
-The interface a back-end implements is :class:`Backend`: ``compile(job)`` turns a
-job into an artifact (device code that does not depend on a context; it has a
-``.source``), and ``link(job, artifact, context)`` turns that into what a launch
-needs in one context (a kernel object, a function handle). The core calls them
-and never knows which back-end runs.
-
-The cache keeps, per (method instance, config), code instances each valid over a
-range of worlds, in the method instance itself (``MethodInstance.code``, as Julia keeps a
-method instance's code instances in it): code goes with its method, so a kernel that is
-dropped (a kernel factory's product) is freed with its code. A lookup in world ``w``
-reuses one valid in ``w``: a definition unrelated to the kernel raises the world but
-recompiles nothing. Compiling records backedges on every method table the code
-dispatched on (the kernel's own and its callees', transitively); a definition that
-changes one of those dispatches closes the code's range, so the next lookup recompiles.
-
-Only code some world can still reach is kept: code valid in the latest world, and
-code valid in a world that a live pin holds (a task in ``invoke_in_world``, or a
-context copied there). Each definition releases the rest, with its per-context
-handles, so redefining a kernel a thousand times keeps one program, not a thousand.
-A task pinned later to an older world whose code was released compiles it again.
-So a cache entry holds one open code instance plus at most one per pinned world,
-and finding code scans that, never the history.
-
-Nothing module-level holds code: the backedges a callee keeps are weak, and so are the
-registries that :func:`forget_context` and the sweep walk (``_live``, ``_retained``).
+A back-end implements :class:`Backend`: ``compile(job)`` makes an artifact (device code with a
+``.source``, no context in it), ``link(job, artifact, context)`` what a launch needs in one
+context. The cache keeps code instances in the method instance (``MethodInstance.code``, as
+Julia does), so a dropped kernel is freed with its code; each is valid over a range of worlds
+that backedges on every dispatch it used (its callees' included) close. Only code the latest
+world or a live pin's world can reach is kept: a cache entry holds one open code instance plus
+at most one per pinned world. The cache map in ``docs/design.md`` has the rest.
 """
 
 from __future__ import annotations
@@ -147,11 +129,7 @@ class CompilerJob:
         return self.mi.method.gf.name
 
     def device_sources(self) -> list[str]:
-        """Each callee's source (dependencies first), then the kernel's.
-
-        A method body is called with the concrete argument types bound to its
-        parameters and returns device source.
-        """
+        """Each callee's source (dependencies first), then the kernel's."""
         return [_generate(mi) for mi in (*self.callees, self.mi)]
 
     def __repr__(self) -> str:
@@ -163,9 +141,8 @@ _BODY_TB = "_specializer_body_traceback"
 
 
 def _generate(mi: MethodInstance) -> str:
-    """Call ``mi``'s method body. Its error keeps the traceback from the body on (see
-    :func:`body_traceback`) and gains a note naming the method and types; a body that
-    returns no str is a TypeError saying where the method is and what to return."""
+    """Call ``mi``'s method body: its error keeps its traceback from the body on and gains a
+    note naming the method; a body returning no str is a TypeError saying what to return."""
     fn = mi.method.fn
     try:
         src = fn(*mi.tt)
@@ -187,8 +164,7 @@ def _generate(mi: MethodInstance) -> str:
 
 
 def _where(mi: MethodInstance) -> str:
-    """``method f(T...) (file:line)``, and ``, called for f(t...),`` when the types differ: a
-    method body, for messages."""
+    """``method f(T...) (file:line)`` (``, called for f(t...),`` where the types differ)."""
     m = mi.method
     code = getattr(m.fn, "__code__", None)
     at = f" ({code.co_filename}:{code.co_firstlineno})" if code is not None else ""
@@ -265,26 +241,18 @@ class CodeInstance:
     def valid(self, world: int) -> bool:
         return self.min_world <= world <= self.max_world
 
-    def invalidate(self, max_world: int) -> None:
-        """End this code's validity at ``max_world`` (a backedge fired)."""
-        if max_world < self.max_world:
-            self.max_world = max_world
-
     def __repr__(self) -> str:
         hi = "" if self.max_world >= _world.WORLD_MAX else self.max_world
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-#: Every code instance kept (the cache itself is ``MethodInstance.code``), for
-#: :func:`forget_context`: ``id`` -> a weak reference. No callback (one runs wherever the code
-#: dies, a definition's sweep, where an interrupt would be lost): an entry of code that is
-#: gone is replaced by the next of its ``id``, and all are pruned when the registry has
-#: doubled since it last was (``_live_mark``).
+#: Every code instance kept, for :func:`forget_context`: ``id`` -> a weak reference, with no
+#: callback (it would run in a definition's sweep, where an interrupt would be lost): pruned
+#: when the registry has doubled since it last was (``_live_mark``).
 _live: dict[int, weakref.ref[CodeInstance]] = {}
 _live_mark = 64
-#: Closed code instances a live pin's world may still use, for the sweep to look at (see
-#: _sweep): ``id`` -> a weak reference (the method instance owns the code; this only finds
-#: it). Each sweep drops the entries of code that is gone.
+#: Closed code instances a live pin's world may still use, for :func:`_sweep`: ``id`` -> a
+#: weak reference (the method instance owns the code).
 _retained: dict[int, weakref.ref[CodeInstance]] = {}
 _cache_lock = new_lock()
 _compiles = 0
@@ -296,8 +264,8 @@ def compile_count() -> int:
 
 
 def _dependencies(job: CompilerJob) -> list[Dependency]:
-    """Every dispatch the job's code depends on: the kernel's own, then its callees' (each a
-    nullary dispatch of a device function), transitively. Sets ``job.callees``."""
+    """Every dispatch the job's code depends on: the kernel's, then its callees', transitively.
+    Sets ``job.callees``."""
     deps = [(job.mi.method.gf, job.mi.tt, job.mi.method)]
     order: list[MethodInstance] = []
     seen: set[int] = set()
@@ -362,15 +330,13 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
 
 
 def _track(registry: dict[int, weakref.ref[CodeInstance]], ci: CodeInstance) -> None:
-    """Put ``ci`` in ``registry`` (``_live`` or ``_retained``), held weakly."""
     registry[id(ci)] = weakref.ref(ci)
 
 
 def _tracked(
     registry: dict[int, weakref.ref[CodeInstance]], prune: bool = False
 ) -> list[CodeInstance]:
-    """The code instances of ``registry`` still alive; with ``prune`` (the world lock held),
-    its entries of code that is gone are dropped."""
+    """The live code instances of ``registry``; ``prune`` (world lock held) drops the rest."""
     alive = []
     for key, ref in registry.copy().items():
         ci = ref()
@@ -393,9 +359,8 @@ def code_instances(gf: GenericFunction) -> list[CodeInstance]:
 
 
 def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
-    """Keep ``ci`` (compiled and linked once), with backedges on every dispatch it used. The
-    edges are registered before the code is published by one store, so no interrupt leaves
-    code in the cache that no definition could end."""
+    """Keep ``ci`` with backedges on every dispatch it used, registered before the one store
+    that publishes it, so no interrupt leaves code in the cache that no definition could end."""
     mi, key = job.mi, job.config._key
     with _world.lock():
         # A definition made since the job's world ran before these edges existed: if any
@@ -423,11 +388,10 @@ def _find(job: CompilerJob) -> CodeInstance | None:
 
 
 def _sweep(ended: list[Any], after: bool) -> None:
-    """A definition's part in the cache, with the world lock held. Before it closes the code
-    instances ``ended``, they are recorded as closed (``_retained``); after its world is
-    published, each recorded one that no live pin's world can use is dropped from the cache
-    with its linked handles. (An interrupt between the two leaves the record, so the next
-    definition's sweep releases them.)"""
+    """A definition's part in the cache, with the world lock held: before it closes the code
+    instances ``ended`` they are recorded (``_retained``); after its world is published, each
+    recorded one no live pin's world can use is dropped with its linked handles. (An
+    interrupt between the two leaves the record for the next definition's sweep.)"""
     if not after:
         for ci in ended:
             if isinstance(ci, CodeInstance):
@@ -454,8 +418,7 @@ _on_invalidate.append(_sweep)
 
 
 def _release_for_dead_pins() -> None:
-    """A pin died: release the closed code kept for it (nothing to do, and no lock taken,
-    while no closed code is kept: the usual case of a miss's own pin)."""
+    """A pin died: release the closed code kept for it (no lock while none is kept)."""
     if _retained:
         with _world.lock():
             _sweep([], True)
@@ -469,10 +432,8 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
     and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
     Code that fails to compile or to link is not kept.
 
-    One re-entrant lock covers the whole cache, like CUDA.jl's ``cufunction_lock``: compiles,
-    links and hooks run one at a time, so back-ends and hooks need not be thread-safe, and a
-    hook or method body may itself look kernels up. A slow build therefore holds up other
-    threads' misses, never their ``cached_lookup`` hits, which take no lock."""
+    One re-entrant lock covers the cache, like CUDA.jl's ``cufunction_lock``: back-ends and
+    hooks need not be thread-safe and may look kernels up; hits take no lock."""
     with _cache_lock():  # straight-line (its loops are in called functions): see world
         deps = None
         ci = _find(job)
@@ -487,8 +448,7 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
 
 
 def _linked(job: CompilerJob, ci: CodeInstance, context: Hashable) -> Any:
-    """``ci`` linked for ``context``: linked on a miss; checked again by the back-end
-    (:meth:`Backend.relink`) in another world than it was last checked in."""
+    """``ci`` linked for ``context`` (on a miss), or relinked in another world than last."""
     entry = ci.linked.get(context)
     if entry is None:
         linked = job.config.backend.link(job, ci.artifact, context)  # raises: nothing stored
@@ -502,13 +462,9 @@ def _linked(job: CompilerJob, ci: CodeInstance, context: Hashable) -> Any:
 
 def forget_context(context: Hashable) -> list[Any]:
     """``context`` is gone for good (a back-end's context, or the token it keys one by): drop
-    what was linked for it from every code instance, so its handles (and, through them, the
-    context's device memory) are freed. The code itself stays: another context links it
-    again. Returns what was dropped (a back-end may break its cycles, so that it is freed
-    now rather than by a later collection).
-
-    Safe from a finalizer or the garbage collector in any thread: it takes no lock (each
-    ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
+    what was linked for it from every code instance (the code stays) and return it, so a
+    back-end may break its cycles now. Safe from a finalizer in any thread: it takes no lock
+    (each ``dict.pop`` is atomic, and nothing links for a context that is gone)."""
     dropped = []
     for ci in _tracked(_live):
         entry = ci.linked.pop(context, None)
@@ -537,10 +493,7 @@ def _run_hooks(job: CompilerJob, ci: CodeInstance) -> None:
 class device_code(_world.Block):
     """``with device_code(callback):`` calls ``callback(job, artifact)`` for every kernel
     looked up inside the block, also ones compiled before it. While any hook is active,
-    cached lookups neither hit nor store.
-
-    Blocks nest and overlap across threads (each counts while it lasts).
-    """
+    cached lookups neither hit nor store. Blocks nest and overlap across threads."""
 
     kind = "hook"
 
@@ -555,8 +508,7 @@ class device_code(_world.Block):
 
 class device_code_source(_world.Block):
     """``with device_code_source() as sources:`` collects the device source of each kernel
-    looked up inside the block; a block that looked up no kernel raises a clear error when
-    it ends (unless it ends with an error of its own)."""
+    looked up inside the block; a block that looked up none raises when it ends."""
 
     kind = "hook"
 

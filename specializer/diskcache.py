@@ -1,39 +1,11 @@
 """Files a process keeps for the next one, private to the user and never trusted blindly.
 
-Two caches use it: the CUDA back-end's NVRTC output and :mod:`specializer.codegen`'s rendered
-templates (Python source that is exec'd, so a planted file must never be read). Both live in
-``$SPECIALIZER_CACHE_DIR/<name>``, or under the user's cache directory
-(``$XDG_CACHE_HOME/specializer`` or ``~/.cache/specializer`` on Linux,
-``~/Library/Caches/specializer`` on macOS, ``%LOCALAPPDATA%\\specializer\\Cache`` on Windows);
-``SPECIALIZER_CACHE_DIR=`` (empty) or ``=0`` turns them off. The variable is read at each use.
-A relative ``XDG_CACHE_HOME`` is ignored (the XDG rule: it would put the cache under whatever
-directory the process runs in); with no home directory (``HOME`` unset and no passwd entry)
-the caches are off, with one warning.
-
-Private to the user: the directories made here are ``0700`` whatever the umask (set after
-``mkdir``, which the umask can only narrow). A directory made elsewhere is used only when it is
-the user's own and writable by no one else: a shared one (``/tmp`` itself, say) turns that
-cache off with one warning. A file is read only when it is a regular file owned by the user
-that no one else can write; it is opened without following a symlink and without blocking (a
-FIFO planted at its path opens at once and is refused), and read with a bound on its size.
-An entry (:func:`write_entry`) ends in a SHA-256 of its file name and content, checked on
-read (:func:`read_entry`): a rename is atomic but not durable, so a power loss can leave an
-entry empty or cut short, and a copy can put one entry's content at another's name.
-Anything else is a miss, and the caller's write replaces it: a file is written to a temporary
-``0600`` file beside it and renamed over it, so a reader sees a whole file or none. A cache that
-cannot be read or written is no cache: nothing here raises.
-
-Bounded: the caches together keep at most ``SPECIALIZER_CACHE_MAXSIZE`` bytes (:func:`max_size`;
-default 1 GiB, as CUDA's JIT cache), least recently used first out. Reading an entry sets its
-modification time; a write that takes the caches over the bound removes the entries read or
-written longest ago until they fit. A process looks at the directory (one ``stat`` per file)
-at its first write and whenever its count, what it saw plus what it wrote since, goes over
-the bound; so processes sharing the directory may leave it over the bound by what each
-wrote since it last looked, until one of them looks. An entry removed under a reader is a
-miss (or read whole, from the file it opened), never an error.
-
-Precompile-output mode (:func:`specializer.generating_output`): nothing is written, no
-directory made and nothing removed while it is on; a valid entry is still read.
+The CUDA back-end's NVRTC output and :mod:`specializer.codegen`'s rendered templates (Python
+source that is exec'd) live in ``$SPECIALIZER_CACHE_DIR/<name>`` (empty or ``0``: off) or under
+the user's cache directory, bounded together by ``SPECIALIZER_CACHE_MAXSIZE`` (least recently
+used out first). Directories are ``0700``; a file is read only when it is the user's own regular
+file that no one else can write; an entry ends in a digest checked on read; nothing here raises,
+and nothing is written in precompile-output mode. ``docs/design.md`` has the rules and why.
 """
 
 from __future__ import annotations
@@ -93,8 +65,7 @@ _usage_lock = new_lock(reentrant=False)
 
 
 def _home() -> Path | None:
-    """The user's home directory, or ``None`` (with one warning) when there is none, as in a
-    container run under a uid with no passwd entry and no ``HOME``."""
+    """The user's home directory, or ``None`` with one warning (no ``HOME``, no passwd entry)."""
     try:
         home = Path.home()
     except (RuntimeError, KeyError, OSError):
@@ -111,8 +82,7 @@ def _home() -> Path | None:
 
 
 def default_dir() -> Path | None:
-    """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset: under the user's cache
-    directory; ``None`` when there is no home directory to put it in."""
+    """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset (``None``: no home)."""
     if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
         return Path(os.environ["LOCALAPPDATA"]) / "specializer" / "Cache"
     xdg = os.environ.get("XDG_CACHE_HOME", "")
@@ -129,8 +99,7 @@ def default_dir() -> Path | None:
 
 
 def cache_dir(name: str) -> Path | None:
-    """The directory of the cache ``name`` (``"cuda"``, ``"templates"``), or ``None`` when the
-    caches are off."""
+    """The directory of the cache ``name`` (``"cuda"``), or ``None`` when the caches are off."""
     value = os.environ.get(ENV_VAR)
     if value is None:
         d = default_dir()
@@ -142,11 +111,9 @@ def cache_dir(name: str) -> Path | None:
 
 
 def max_size() -> int:
-    """The bound on the caches' size together, in bytes: ``SPECIALIZER_CACHE_MAXSIZE``, a
-    number of bytes or of KiB, MiB, GiB, TiB (``512M``, ``2G``, ``1.5GiB``; the units are
-    powers of 1024, case and a trailing ``B``/``iB`` do not matter), read at each write;
-    ``0`` keeps nothing. Unset or empty: :data:`DEFAULT_MAX_SIZE`; anything else is the
-    default too, with one warning naming the value."""
+    """The bound on the caches' size together, in bytes: ``SPECIALIZER_CACHE_MAXSIZE`` (``512M``,
+    ``2G``, ``1.5GiB``: powers of 1024), read at each write; ``0`` keeps nothing. Unset, empty or
+    not a size (with one warning): :data:`DEFAULT_MAX_SIZE`."""
     value = os.environ.get(MAX_SIZE_ENV_VAR, "")
     if not value.strip():
         return DEFAULT_MAX_SIZE
@@ -164,9 +131,8 @@ def max_size() -> int:
 
 
 def _not_private(st: os.stat_result, kind: int) -> str | None:
-    """Why a file of status ``st`` is not the user's own of ``kind`` (``stat.S_IFDIR``,
-    ``stat.S_IFREG``) that no one else can write; ``None`` when it is. (Windows: the user's
-    profile directory keeps the cache private, and there is no owner or mode to check.)"""
+    """Why a file of status ``st`` is not the user's own of ``kind`` that no one else can
+    write; ``None`` when it is (always on Windows, which has no owner or mode to check)."""
     if stat.S_IFMT(st.st_mode) != kind:
         return "is not a directory" if kind == stat.S_IFDIR else "is not a regular file"
     if not hasattr(os, "getuid"):
@@ -179,7 +145,6 @@ def _not_private(st: os.stat_result, kind: int) -> str | None:
 
 
 def _warn_once(key: tuple[str, str], message: str) -> None:
-    """Warn ``message`` once per ``key`` and process."""
     with _warned_lock():
         if key in _warned:
             return
@@ -198,9 +163,8 @@ def _refuse(root: Path, name: str, why: str) -> None:
 
 
 def private_dir(name: str, create: bool) -> Path | None:
-    """The directory of the cache ``name`` when it is private to the user, creating it (and
-    any missing parent) ``0700`` when ``create`` (never in precompile-output mode); ``None``:
-    off, missing or not private."""
+    """The directory of the cache ``name`` if private to the user (with ``create``, made
+    ``0700``, but in precompile-output mode); ``None``: off, missing or not private."""
     d = cache_dir(name)
     if d is None:
         return None
@@ -233,9 +197,8 @@ def private_dir(name: str, create: bool) -> Path | None:
 
 
 def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None:
-    """The bytes of the file at ``path`` if it is a regular file of the user's that no one
-    else can write, at most ``max_size`` of them; ``None`` otherwise. ``touch``: set its
-    modification time to now (the entry was used: least recently used is evicted first)."""
+    """The bytes (at most ``max_size``) of the user's own regular file at ``path`` that no one
+    else can write, else ``None``; ``touch`` marks it used (its modification time)."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
@@ -262,9 +225,8 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
 
 
 def write_private(directory: Path, filename: str, data: bytes) -> bool:
-    """Write ``directory/filename`` whole (``0600``, renamed into place); whether it was
-    written (never raises: a cache that cannot be written is no cache). Nothing is written
-    in precompile-output mode."""
+    """Write ``directory/filename`` whole (``0600``, renamed into place), but in
+    precompile-output mode; whether it was written (never raises)."""
     if precompile.generating_output():
         return False
     tmp = None
@@ -292,10 +254,8 @@ _DIGEST_SIZE = hashlib.sha256().digest_size
 
 
 def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
-    """The payload :func:`write_entry` wrote at ``directory/filename`` (a file of at most
-    ``max_size`` bytes), or ``None``: missing, not private (see :func:`read_private`), or
-    failing its digest (empty, cut short, damaged, or another entry's content). The entry's
-    modification time is set to now: it was used."""
+    """The payload :func:`write_entry` wrote at ``directory/filename`` (at most ``max_size``
+    bytes), touched as used; ``None`` if missing, not private or failing its digest."""
     data = read_private(directory / filename, max_size, touch=True)
     if data is None or len(data) < _DIGEST_SIZE:
         return None
@@ -304,8 +264,7 @@ def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
 
 
 def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
-    """Write ``payload`` at ``directory/filename`` with its digest, for :func:`read_entry`,
-    then evict the least recently used entries while the caches are over :func:`max_size`;
+    """Write ``payload`` with its digest, evicting while the caches are over :func:`max_size`;
     whether it was written (an entry larger than the bound is not)."""
     bound = max_size()
     data = payload + _digest(filename, payload)
@@ -323,8 +282,7 @@ def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
 
 
 def _touch(fd: int, path: Path) -> None:
-    """Set the modification time of the file open as ``fd`` to now (by its ``path`` where
-    a descriptor cannot be given: Windows); never raises."""
+    """Set the modification time of the file open as ``fd`` (or at ``path``) to now."""
     try:
         os.utime(fd if os.utime in os.supports_fd else path)
     except OSError:
@@ -332,12 +290,9 @@ def _touch(fd: int, path: Path) -> None:
 
 
 def evict(bound: int) -> int:
-    """Remove the entries read or written longest ago (oldest modification time first) from
-    the caches' directories until their regular files take at most ``bound`` bytes together;
-    the bytes they take then. Only the directories that are the user's own are looked at
-    (:func:`private_dir`); in them only regular files are counted and removed (an entry
-    being written, a leftover temporary file). Another process removing the same entry
-    meanwhile is no error. Nothing is removed in precompile-output mode."""
+    """Remove the regular files used longest ago from the caches' private directories until
+    they take at most ``bound`` bytes together; the bytes they take then. Another process
+    removing the same entry is no error; nothing is removed in precompile-output mode."""
     if precompile.generating_output():
         return 0
     files: list[tuple[int, str, int]] = []

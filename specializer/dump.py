@@ -110,9 +110,8 @@ _CODING = re.compile(r"(coding)([:=])", re.IGNORECASE)
 
 
 def _comment(text: str) -> str:
-    """``text`` for one comment line: every non-printable character (line breaks among them)
-    escaped as Python would write it in a string, and the ':' or '=' of "coding:" escaped so
-    that the line can never declare a source encoding."""
+    """``text`` for one comment line: non-printable characters escaped, and the ':' or '=' of
+    "coding:" too, so that the line can never declare a source encoding."""
     text = "".join(
         c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
     )
@@ -162,8 +161,7 @@ def check_out(out: Path) -> str | None:
 
 
 def _exchange(a: Path, b: Path) -> bool:
-    """Swap two directory entries at once (Linux's renameat2 RENAME_EXCHANGE); False where that
-    is not available."""
+    """Swap two directory entries at once (renameat2's RENAME_EXCHANGE); False if unavailable."""
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -206,8 +204,7 @@ def _write_file(path: Path, text: str) -> None:
 
 
 def _lock(fd: int, wait: bool) -> bool:
-    """Lock the directory open as ``fd`` for this process (released when it closes the fd or
-    dies); whether it got the lock. Windows has no such lock: never."""
+    """Lock the directory open as ``fd`` until the fd closes; whether it did (never on Windows)."""
     if sys.platform == "win32":
         return False
     import fcntl
@@ -264,12 +261,10 @@ def _remove_leftovers(out: Path) -> None:
 def write_set(
     out: Path, files: Iterable[tuple[str, str]], owned: Callable[[Path], bool] = _is_dump_dir
 ) -> None:
-    """Write ``files`` ((name, text) pairs) as the whole content of directory ``out``: into a
-    temporary directory beside it, then renamed into place (an existing ``out`` must be one
-    ``owned`` accepts: by default, what an earlier dump wrote). ``out`` keeps its permissions
-    (a new one gets mkdir's). On any failure ``out`` is as it was and no temporary file is
-    left; a write killed midway leaves its temporary directory, which the next write of
-    ``out`` removes."""
+    """Write ``files`` ((name, text) pairs) as the whole content of directory ``out`` (one
+    ``owned`` accepts), keeping its permissions: into a temporary directory beside it, renamed
+    into place. On any failure ``out`` is as it was; what a write killed midway leaves, the
+    next write of ``out`` removes."""
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_leftovers(out)
     tmp, fd = _locked_temp_dir(out)
@@ -346,10 +341,9 @@ def device_files(found: Iterable[DeviceSource]) -> list[tuple[str, str]]:
 
 
 class ShowAtExit:
-    """Dump's ending, run at exit: after the program's non-daemon threads and its own exit
-    handlers (Python runs exit handlers last registered first, and threads are waited for
-    before any), in the process that started as dump only (a child the program forks and
-    that exits normally runs its parent's exit handlers too)."""
+    """Dump's ending, run at exit after the program's non-daemon threads and exit handlers
+    (registered before them), in the process that started as dump only (not a forked child
+    that exits normally, which runs its parent's exit handlers too)."""
 
     def __init__(
         self, prog: str, out: Path | None, device: dict[DeviceSource, None] | None = None

@@ -1,25 +1,13 @@
 """The user files a device source includes, for keying built code on their contents.
 
-SPEC section 3: every cache of built code is keyed by the contents of every file the
-source includes from a user directory (an ``-I`` directory of the options made absolute,
-the source's own directory, in-memory headers), so editing a header and redefining the
-kernel builds the new code, in this process and the next, and two projects with the same
-relative ``-Iinclude`` never share code. Toolkit and system headers are the back-end's
-to count (by the toolkit's version); here an include that resolves to no user file counts
-by its name.
-
-The scan reads directives as a C preprocessor's phases 2 and 3 leave them: line
-continuations spliced and comments stripped (comment markers in string and character
-literals are text). It is conservative: every ``#include "x"`` and ``#include <x>`` counts,
-also one inside ``#if 0`` (a file keyed that the compiler skips costs nothing but a
-rebuild when it changes). Quoted includes look in the including file's own directory
-first, as C compilers do; then both kinds look in the in-memory headers and the include
-directories, in order. An include of a computed name (``#include HEADER``, a macro) counts
-every file under its search path (the including file's directory and the include
-directories, recursively) and every in-memory header: at most :data:`MAX_FILES` files of
-:data:`MAX_BYTES` in all. Past that cap the includes cannot be keyed: :func:`digest`
-returns a value never returned before, so the code is not reused (see :func:`keyed`). It
-backs no back-end in particular: :func:`digest` is what a back-end adds to its keys.
+Every cache of built code is keyed by the contents of every file the source includes from a user
+directory (SPEC 3), so an edited header is built anew, in this process and the next; toolkit and
+system headers are the back-end's to count. The scan reads directives as C's phases 2 and 3 leave
+them and counts every ``#include`` (also under ``#if 0``): quoted ones in the including file's
+directory first, then the in-memory headers and the include directories, in order; one that
+resolves to no user file counts by its name. A computed include counts every file under its
+search path, up to :data:`MAX_FILES` files of :data:`MAX_BYTES`; past that, :func:`keyed` is
+False (see ``docs/limitations.md``).
 """
 
 from __future__ import annotations
@@ -50,9 +38,8 @@ _NAME = re.compile(r'"([^"\n]+)"|<([^>\n]+)>')
 
 
 def include_dirs(options: Sequence[str]) -> list[str]:
-    """The absolute paths of the ``-I`` directories in ``options``, in order: ``-Idir``,
-    ``-I dir``, ``--include-path=dir`` and ``--include-path dir`` (relative ones against
-    the current directory, as the compiler resolves them when the code is built)."""
+    """The absolute paths of the ``-I`` directories in ``options`` (``-Idir``, ``-I dir``,
+    ``--include-path=dir``, ``--include-path dir``), in order."""
     out: list[str] = []
     opts = list(options)
     i = 0
@@ -85,12 +72,9 @@ def scan(
     source_dir: str | None = None,
 ) -> tuple[tuple[str, str], ...]:
     """Every include of ``source`` and, recursively, of the user files it includes, as a
-    sorted tuple of ``(name, sha256 of the contents)``: ``file:<absolute path>`` for a file
-    found in ``source_dir`` (quoted includes of the source), the including file's directory
-    (quoted includes of a file) or ``include_dirs``; ``header:<name>`` for an in-memory
-    header; ``unresolved:<name>`` (with an empty digest) for one found in none of them. A
-    computed include adds every file under its search path and every in-memory header; past
-    the cap, ``unkeyed:<directory>`` (with an empty digest) ends the scan."""
+    sorted tuple of ``(name, sha256)``: ``file:<absolute path>``, ``header:<name>`` (in
+    memory), ``unresolved:<name>`` (an empty digest); past the cap, ``unkeyed:<directory>``
+    ends the scan."""
     headers = dict(headers or {})
     dirs = [os.path.abspath(d) for d in include_dirs]
     found: dict[str, str] = {}
@@ -190,8 +174,7 @@ def _read(path: str) -> tuple[str, str, str] | None:
 
 
 def keyed(digest: str) -> bool:
-    """Whether ``digest`` (of :func:`digest`) keys the code: False past the cap, where it
-    never matches another, so no cache (in memory or on disk) should keep the code."""
+    """Whether ``digest`` keys the code: False past the cap, where no cache should keep it."""
     return not digest.startswith(_UNKEYED)
 
 
@@ -201,9 +184,8 @@ def digest(
     headers: Mapping[str, str] | None = None,
     source_dir: str | None = None,
 ) -> str:
-    """A hex SHA-256 of what :func:`scan` finds (every included user file's contents and
-    every unresolved include's name), ``''`` when the source includes nothing; past the cap
-    (:data:`MAX_FILES`), a value never returned before, for which :func:`keyed` is False."""
+    """A hex SHA-256 of what :func:`scan` finds, ``''`` when the source includes nothing;
+    past the cap, a value never returned before, for which :func:`keyed` is False."""
     found = scan(source, include_dirs, headers, source_dir)
     if not found:
         return ""

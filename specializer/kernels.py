@@ -1,11 +1,9 @@
 """What every back-end shares: generic kernels and device functions, captured values
 (kernel instances), scalar argument types, and the uncached kernel lookup.
 
-A back-end makes one :class:`Definitions` (its ``kernel`` and ``device``
-decorators), maps values to argument types with its own ``typeof`` (built on
-:data:`SCALAR_TYPES` and the weak types of :mod:`specializer.types`), and wraps
-:func:`uncached_lookup` in ``cached_lookup`` through a :class:`LookupSite`, which
-:class:`specializer.launching.Launcher` (its launch path) makes for it.
+A back-end makes one :class:`Definitions` (its decorators), maps values to argument types with
+its own ``typeof``, and wraps :func:`uncached_lookup` in ``cached_lookup`` through the
+:class:`LookupSite` its :class:`specializer.launching.Launcher` makes.
 """
 
 from __future__ import annotations
@@ -40,8 +38,7 @@ __all__ = [
     "unsupported_argument",
 ]
 
-#: Argument types of scalar values: Python scalars map to numpy's 64-bit types, and every
-#: numpy scalar type to itself.
+#: Argument types of scalars: a Python scalar type's is numpy's 64-bit one, a numpy type's itself.
 SCALAR_TYPES: dict[type, type[np.generic]] = {
     int: np.int64,
     float: np.float64,
@@ -54,8 +51,7 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
 }
 
 
-#: The numpy types of the scalar values a kernel takes (an annotation must be one of them or
-#: above one).
+#: The numpy types of the scalar values a kernel takes (an annotation is one or above one).
 _SCALAR_VALUES = frozenset(SCALAR_TYPES.values())
 #: Python scalar type -> (what its values dispatch as, what to annotate instead): a Python
 #: value of it is weak (SPEC 8), so no argument has the Python type itself.
@@ -76,10 +72,8 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
 
 
 class _ByName:
-    """Kernels and device functions are named as functions are (``__module__``, ``__name__``,
-    ``__qualname__``) and pickle by reference, as functions do: by the module and qualified
-    name they were defined under, so a worker process gets the one its own import of that
-    module defined (with its own worlds and handles; none of those are pickled)."""
+    """Kernels and device functions are named, and pickle by reference, as functions are: a
+    worker process gets the one its own import of the module defined."""
 
     __module__: str
     __name__: str
@@ -129,15 +123,10 @@ class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
 
     ``@k.method`` on a ``def`` of any name adds a method to ``k`` as its back-end's
-    ``@kernel`` does (its annotations checked, ``@k.method(callees=[...])``, the world
-    raised once), and is the spelling type checkers accept for a second method;
-    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it,
-    or a :class:`~specializer.methods.Method` from there), raising the world; ``k.methods()``
-    lists the methods a launch can dispatch to. (See
-    :class:`~specializer.methods.GenericFunction`.)
-
-    A back-end's launch path keeps the kernel's newest lookup on it, as its front entry
-    (see :mod:`specializer.launching`)."""
+    ``@kernel`` does, the spelling type checkers accept for a second method;
+    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it),
+    raising the world; ``k.methods()`` lists the methods a launch can dispatch to. (See
+    :class:`~specializer.methods.GenericFunction`.)"""
 
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)
@@ -146,8 +135,7 @@ class Kernel(_ByName, GenericFunction):
         self._closures_lock = new_lock(reentrant=False)
 
     def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
-        """Add ``fn`` as a method, its annotations checked as its back-end's ``@kernel``
-        checks them (``@fill.method`` comes here too: one path for every definition)."""
+        """Add ``fn`` as a method, its annotations checked as ``@kernel`` checks them."""
         definitions = getattr(self, "_definitions", None)
         if signature is None and definitions is not None and callable(fn):
             localns = kwargs.get("localns", args[1] if len(args) > 1 else None)
@@ -156,10 +144,7 @@ class Kernel(_ByName, GenericFunction):
 
     def capture(self, *values: Any) -> KernelInstance:
         """A kernel instance whose ``values`` are passed as leading arguments on every launch.
-
-        Its type (one per kernel and captured types) is what the lookup caches on; the
-        instance itself is never stored, so dropping it frees the values.
-        """
+        Its type is what the lookup caches on; the instance is never stored."""
         tt = tuple(self.typeof(v) for v in values)
         cls = self._closures.get(tt)
         if cls is None:
@@ -246,8 +231,7 @@ def kernel_of(F: Any) -> tuple[Kernel, tuple[type, ...]]:
 
 
 def uncached_lookup(F: Any, tt: tuple[type, ...], config: CompilerConfig, context: Hashable) -> Any:
-    """Dispatch in the task's world, then the compiled-code cache, then the handle for
-    ``context``: the lookup a back-end wraps in ``cached_lookup``."""
+    """Dispatch, compiled-code cache, handle for ``context``: what ``cached_lookup`` wraps."""
     return compile_and_link(_job(F, tt, config), context)[1]
 
 
@@ -258,8 +242,7 @@ def _job(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> CompilerJob:
 
 
 def code_of(F: Any, tt: tuple[type, ...], config: CompilerConfig) -> Any:
-    """Dispatch in the task's world, then the compiled-code cache: the artifact, linked
-    nowhere (what a back-end's ``code_ptx`` and similar reflection return from)."""
+    """Dispatch, then the compiled-code cache: the artifact, linked nowhere (``code_ptx``)."""
     return compile_only(_job(F, tt, config)).artifact
 
 
@@ -269,9 +252,8 @@ _G = TypeVar("_G", covariant=True)
 
 
 class Decorator(Protocol[_F, _G]):
-    """The type of a back-end's ``kernel`` (``_F`` a function returning source, ``_G`` a
-    :class:`Kernel`) and ``device`` (``_G`` a :class:`DeviceFunction`): ``@kernel``, or
-    ``@kernel(callees=[...], localns=locals())`` (typed here once for every back-end)."""
+    """The type of a back-end's ``kernel`` (``_G`` a :class:`Kernel`) and ``device`` (``_G`` a
+    :class:`DeviceFunction`): ``@kernel`` or ``@kernel(callees=[...], localns=locals())``."""
 
     @overload
     def __call__(
@@ -292,9 +274,8 @@ class Decorator(Protocol[_F, _G]):
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The function ``fn`` wraps (``__wrapped__``, as ``functools.wraps`` sets it, followed to
-    the end): a definition through a wrapping decorator is keyed by the ``def`` itself, not by
-    the wrapper's closure, which is new on every decoration."""
+    """The function ``fn`` wraps (``__wrapped__``, followed to the end): a definition is keyed
+    by the ``def`` itself, not by a wrapper's closure, new on every decoration."""
     try:
         inner: Callable[..., Any] = inspect.unwrap(fn)
     except ValueError:  # a cycle of __wrapped__: the function as it is
@@ -324,15 +305,9 @@ exactly the kernels that call it."""
 
 
 class Definitions:
-    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions.
-
-    ``@kernel`` defines a generic kernel, or adds a method to the one of that module and
-    qualified name; running a ``def`` again with the same signature replaces the method. A
-    closure (a ``def`` using variables of the function running it) is keyed by its closure
-    cells too: each run of a kernel factory gives its own kernel, held weakly here. A ``def``
-    passed through a wrapping decorator (``functools.wraps``) is keyed by the ``def`` (its
-    ``__wrapped__``), not by the wrapper, whose closure is new on every decoration.
-    """
+    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions,
+    keyed by module, qualified name and closure cells (each run of a kernel factory gives its
+    own kernel, held weakly) of the ``def`` itself (a wrapper's ``__wrapped__``)."""
 
     def __init__(
         self,
@@ -349,9 +324,8 @@ class Definitions:
         #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
         #: annotation must be at or below one of them or a numpy scalar type, or above one
         self.argtypes = tuple(argtypes)
-        #: (module, qualified name, class, ids of the closure cells) -> the definition. Those
-        #: with a closure are held weakly, so a factory's dropped products are freed (cells
-        #: take no weak references; a definition holds its cells, so their ids stay theirs)
+        #: (module, qualified name, class, ids of the closure cells) -> the definition; those
+        #: with a closure weakly (a definition holds its cells, so their ids stay theirs)
         self._table: dict[_Key, GenericFunction] = {}
         self._closure_table: weakref.WeakValueDictionary[_Key, GenericFunction] = (
             weakref.WeakValueDictionary()
@@ -407,9 +381,8 @@ class Definitions:
     def kernel_signature(
         self, name: str, fn: Callable[..., Any], localns: dict[str, Any] | None
     ) -> tuple[type, ...]:
-        """The signature of ``fn`` as a method of kernel ``name``, from its annotations, each
-        checked to be one some argument of this back-end matches (SPEC 8): what ``@kernel``
-        and ``@k.method`` both define with."""
+        """The signature of ``fn`` as a method of kernel ``name`` (``@kernel``'s and
+        ``@k.method``'s), each annotation checked to be one some argument matches (SPEC 8)."""
         sig = signature_of(fn, localns)
         params = [
             p.name
@@ -485,9 +458,8 @@ class Definitions:
 
     def kernel_slots(self, *names: str) -> None:
         """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
-        each kernel): reading a slot costs the same whatever else a kernel holds, where an
-        attribute added to some kernels and not others makes every kernel's dict slower to
-        read. Kernels defined before keep what they have (and a dict for the rest)."""
+        each kernel): a slot reads at one cost, where attributes on some kernels only make
+        every kernel's dict slower. Kernels defined before keep what they have."""
         self.kernel_class = type(
             "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
         )
@@ -504,8 +476,7 @@ class Definitions:
         return k
 
     def capture(self, kernel: Kernel, *values: Any) -> KernelInstance:
-        """``kernel.capture(*values)``, for a kernel defined with these decorators: a kernel
-        instance whose values are passed as leading arguments on every launch."""
+        """``kernel.capture(*values)``, for a kernel defined with these decorators."""
         if not isinstance(kernel, Kernel):
             raise TypeError(
                 f"capture takes a kernel (from {self.module}.kernel) and the values to pass "
@@ -514,8 +485,7 @@ class Definitions:
         return self.own(kernel).capture(*values)
 
     def kernel_type(self, f: Any) -> Any:
-        """``F`` of ``f``: a kernel itself, or a kernel instance's type (not yet checked to be
-        one of these decorators'; :meth:`own` does that)."""
+        """``F`` of ``f``: a kernel, or a kernel instance's type (:meth:`own` checks it)."""
         if isinstance(f, Kernel):
             return f
         if isinstance(f, KernelInstance):
@@ -530,8 +500,7 @@ class Definitions:
         )
 
     def _decorator(self, cls: type, name: str, doc: str | None) -> Any:
-        """The ``kernel`` or ``device`` decorator (``name``) of these definitions: a function
-        of the back-end's module, with the back-end's docstring for its users."""
+        """The ``kernel`` or ``device`` decorator, with the back-end's docstring."""
         what = f"@{self.module.rpartition('.')[2]}.{name}"
 
         def decorator(
@@ -556,11 +525,8 @@ class Definitions:
 
 class LookupSite:
     """A back-end's one call site of the cached lookup (the launch path's miss runs it).
-
-    ``link(F, tt, key)`` is the uncached lookup (usually ``uncached_lookup`` with the config
-    and context the key names). :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V,
-    F, tt, key)`` with ``link`` as the call site (every key is a tuple).
-    """
+    :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V, F, tt, key)``, ``link``
+    being the uncached lookup and the call site (every key is a tuple)."""
 
     def __init__(
         self, definitions: Definitions, V: type, link: Callable[[Any, tuple[type, ...], Any], Any]

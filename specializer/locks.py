@@ -15,10 +15,9 @@ __all__ = ["LockBox", "import_before_fork", "new_lock", "renew_all"]
 
 
 class LockBox:
-    """Holds one of the package's locks; ``with box():`` takes it. A forked child gets a fresh
-    lock in every box (a thread of the parent may have held one, and is not in the child).
-    The lock's own ``__enter__``/``__exit__`` (C code) take and release it, so nothing
-    between the two is Python code an interrupt could stop."""
+    """Holds one of the package's locks; ``with box():`` takes it. The lock's own
+    ``__enter__``/``__exit__`` (C code) take and release it, so no Python code an interrupt
+    could stop runs between the two."""
 
     __slots__ = ("__weakref__", "_lock", "_reentrant")
 
@@ -51,14 +50,10 @@ def renew_all() -> None:
 
 
 def import_before_fork(*modules: str) -> None:
-    """Import ``modules`` (those installed) before every fork, in the thread that forks.
-
-    A module the package imports only when first needed (Jinja at the first render that is
-    not on disk, a CUDA helper at its first use) may be half imported by another thread when
-    the process forks; the child then waits for ever on that module's import lock, whose
-    holder does not exist there. Imported before the fork (waiting for that thread's import
-    to finish, as any import does), the module is whole in the child, which never imports
-    it. The cost is one import per process that forks, not one at start."""
+    """Import ``modules`` (those installed) before every fork, in the thread that forks: a
+    lazily imported module (Jinja, a CUDA helper) half imported by another thread at the fork
+    would leave the child waiting for ever on its import lock. The cost is one import per
+    process that forks, not one at start."""
 
     def before() -> None:
         for name in modules:

@@ -1,12 +1,8 @@
 """Precompile-output mode: store nothing that would outlive this process's worlds.
 
-Julia stores nothing in ``cached_lookup`` while generating output, because the
-cache would be serialized with its callers, and world numbers and device handles
-mean nothing in another session. Here, while the mode is on, cached lookups store
-nothing (every call runs its lookup) and writing generated source to disk is
-refused. Turn it on with ``SPECIALIZER_PRECOMPILE_OUTPUT=1``,
-``precompile_output(True)`` (until switched again), or ``with precompile_output():`` (for a
-block).
+As Julia's ``cached_lookup`` while generating output (world numbers and device handles mean
+nothing in another session): while the mode is on, cached lookups store nothing and writing
+generated source to disk is refused. ``docs/design.md`` says when a build wants it.
 """
 
 from __future__ import annotations
@@ -33,18 +29,11 @@ def generating_output() -> bool:
 class precompile_output(_world.Block):
     """Precompile-output mode, as a block or a switch.
 
-    ``with precompile_output():`` turns the mode on for the block: nothing changes until the
-    block is entered, so an interrupt before the with statement begins leaves the mode as it
-    was. Blocks nest and overlap across threads; inside, the mode is that of the innermost
-    active block.
-
-    ``precompile_output(True)`` / ``precompile_output(False)`` switch the mode at once (a
-    build script's toggle), until the next switch; used as a block, it is the innermost block
-    while it lasts, and its switch is undone as the block begins (the previous one restored,
-    in the same publication), so the mode after the block is the one before it.
-
-    A block ends with its with statement, whether or not ``__exit__`` runs (the state holds
-    it weakly): an interrupt never leaves the mode on.
+    ``with precompile_output():`` turns the mode on for the block, from when it is entered.
+    Blocks nest and overlap across threads; inside, the innermost active block rules.
+    ``precompile_output(True)`` / ``(False)`` switch the mode at once, until the next switch;
+    as a block, it restores the previous switch as it begins, so the mode after the block is
+    the one before it. A block ends with its with statement, whether or not ``__exit__`` runs.
     """
 
     kind = "precompile"

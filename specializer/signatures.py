@@ -1,10 +1,6 @@
 """Signatures: the tuples of argument types that methods are defined for and dispatch is
-asked on.
-
-A method's signature is read from its parameters' annotations (:func:`signature_of`); the
-types a caller passes (``tt``) and the world it names are checked before dispatch looks at
-them (:func:`_check_tt`, :func:`_as_world`). A weak type (``Weak[int]``) stands for a Python
-scalar and takes its default first (:func:`_defaults`).
+asked on: read from annotations (:func:`signature_of`), spelled for messages
+(:func:`signature`), checked before dispatch (:func:`_check_tt`, :func:`_as_world`).
 """
 
 from __future__ import annotations
@@ -20,7 +16,6 @@ _WEAK_META = type(WeakScalar)
 
 
 def _is_weak(t: object) -> TypeGuard[type[WeakScalar]]:
-    """Whether ``t`` is a weak scalar type (``Weak[int]``, ``Weak[float]``, ``Weak[bool]``)."""
     return type(t) is _WEAK_META and t is not WeakScalar
 
 
@@ -39,10 +34,8 @@ def signature(name: str, tt: Iterable[type]) -> str:
 
 
 def signature_of(fn: Callable[..., Any], localns: dict[str, Any] | None = None) -> tuple[type, ...]:
-    """The signature of ``fn`` from its parameters' annotations (all must be types).
-
-    String annotations (``from __future__ import annotations``) are evaluated in ``fn``'s
-    module, with ``localns`` (the names of the scope defining ``fn``, ``locals()``) first."""
+    """The signature of ``fn`` from its parameters' annotations (all must be types); string
+    annotations are evaluated in ``fn``'s module, ``localns`` (a ``locals()``) first."""
     name = getattr(fn, "__qualname__", repr(fn))
     try:
         params = inspect.signature(fn).parameters.values()

@@ -19,9 +19,8 @@ _S = TypeVar("_S", bound="KernelSource")
 
 def split_options(options: Any, what: str, kind: str) -> tuple[Any, ...]:
     """``options`` as a tuple: a str split by shell rules, as pyopencl splits build options
-    (``"-DVAL='1+2' -DW=1"`` is two); a sequence as it is (its items are checked where the
-    method is known). ``what`` names them in errors (``"options="``), ``kind`` says what they
-    are (``"NVRTC option strings"``)."""
+    (``"-DVAL='1+2' -DW=1"`` is two), a sequence as it is; ``what`` (``"options="``) and
+    ``kind`` (``"NVRTC option strings"``) name them in errors."""
     if isinstance(options, str):
         try:
             return tuple(shlex.split(options))
@@ -33,10 +32,9 @@ def split_options(options: Any, what: str, kind: str) -> tuple[Any, ...]:
 
 
 class KernelSource(str):
-    """A method's source with the options its concrete types need: ``KernelSource(source,
-    options=("-DT=float",))``, a str or a sequence of str. A ``KernelSource`` is a ``str``, so
-    the core treats it as any source; the options of a callee's come first, then the
-    kernel's, then the compiler keyword arguments'. A back-end subclasses it (see its own)."""
+    """A method's source (a ``str``) with the options its concrete types need:
+    ``KernelSource(source, options=("-DT=float",))``; a callee's come first, then the
+    kernel's, then the compiler keyword arguments'. Each back-end subclasses it."""
 
     __slots__ = ("options",)
     options: tuple[Any, ...]
@@ -58,9 +56,8 @@ class KernelSource(str):
 
 
 def method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
-    """The options the job's method bodies returned with their sources (each a
-    :class:`KernelSource`), the callees' first: what the config's options are added to. One
-    that is not a str is a ``TypeError`` naming the method."""
+    """The options the job's method bodies returned (in a :class:`KernelSource`), the
+    callees' first; one that is not a str is a ``TypeError`` naming the method."""
     out: list[str] = []
     for mi, part in zip((*job.callees, job.mi), sources):
         options = getattr(part, "options", ())

@@ -1,16 +1,9 @@
 """Kernel argument types: numpy scalar types and interned parametric array types.
 
-Scalars are numpy scalar classes, whose hierarchy gives the subtype relation
-(``np.float32 < np.floating < np.number < np.generic``). Device arrays are
-classes made by subscripting an array family, interned so that each
-``Array[T]`` is one class, built along numpy's hierarchy so that ``issubclass``
-answers ``Array[np.float32] <: Array[np.floating] <: Array[np.generic]``.
-Each back-end has its own family (a subclass of :class:`DeviceArray`).
-
-Every argument type pickles by reference: ``Array[np.float32]`` as its family (a class of
-its back-end's module) subscripted with its element type, so that it unpickles, in this or
-another process, to the same interned class (``clfunction(k, tt)`` in a spawn worker, with
-``tt`` sent from the parent).
+Scalars are numpy scalar classes, whose hierarchy gives the subtype relation. Each back-end's
+array family (a :class:`DeviceArray` subclass) makes one interned class per ``Array[T]``, built
+along numpy's hierarchy: ``Array[np.float32] <: Array[np.floating] <: Array[np.generic]``.
+Every argument type pickles by reference, to the same interned class in any process.
 """
 
 from __future__ import annotations
@@ -55,8 +48,7 @@ else:
 
     class _Parametric:
         """``typing.Generic`` for type checkers only: at run time ``_Parametric[T]`` is
-        ``object``, so that :class:`DeviceArray`'s bases and every array class's MRO are what
-        they were (the metaclass's ``__getitem__``, not ``Generic``, makes ``Array[T]``)."""
+        ``object``, so the array classes' MROs are plain (the metaclass makes ``Array[T]``)."""
 
         def __class_getitem__(cls, params: Any) -> type:
             return object
@@ -74,9 +66,8 @@ def _scalar_type(t: Any) -> type[np.generic]:
 
 
 def _canonical(t: type[np.generic]) -> type[np.generic]:
-    """The one scalar type of ``t``'s dtype: numpy has two classes for some equal dtypes
-    (``np.longlong`` and ``np.int64`` on Linux, ``np.ulonglong`` and ``np.uint64``), and an
-    array's type must not depend on which spelling came first (SPEC 8)."""
+    """The one scalar type of ``t``'s dtype (``np.int64`` for ``np.longlong`` on Linux), so an
+    array's type does not depend on which spelling came first (SPEC 8)."""
     if t not in _CONCRETE_SCALARS:  # np.floating, ...: an abstract type is its own
         return t
     return cast("type[np.generic]", np.dtype(np.dtype(t).str).type)
@@ -102,10 +93,8 @@ def _numpy_parents(t: type) -> list[type]:
 
 
 class _ArrayMeta(type):
-    """Metaclass of array families: ``Family[T]`` returns the interned class for T.
-
-    ``T`` is a numpy scalar type or dtype. A structured (or other void) dtype is kept whole, so
-    two struct layouts are two types, both below ``Family[np.void]``."""
+    """Metaclass of array families: ``Family[T]`` is the interned class for a numpy scalar
+    type or dtype ``T`` (a structured dtype kept whole, below ``Family[np.void]``)."""
 
     def __getitem__(cls, eltype: Any) -> type[DeviceArray[Any]]:
         if isinstance(eltype, TypeVar) and cls.__dict__.get("eltype") is None:
@@ -150,16 +139,11 @@ class _ArrayMeta(type):
 
 class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
     """Base of the array families. A back-end subclasses it once:
-    ``class Array(DeviceArray[EltypeT_co])`` (at run time ``DeviceArray[T]`` with a type
-    variable is ``DeviceArray`` itself; type checkers see a generic class).
+    ``class Array(DeviceArray[EltypeT_co])`` (generic in ``T`` for type checkers only).
 
-    ``Array[np.float32]`` is then a class with ``eltype`` (``np.float32``) and
-    ``dtype`` (``np.dtype('float32')``); it is never instantiated, it is a type to
-    dispatch on and to hand to a kernel method's body.
-
-    For type checkers an ``Array[T]`` is generic in ``T`` (a numpy scalar type, covariant),
-    and a parameter annotated ``x: Array[np.floating]`` has ``x.dtype``, a ``np.dtype[T]``:
-    the method body gets the class, whose ``dtype`` its metaclass gives.
+    ``Array[np.float32]`` is then a class with ``eltype`` (``np.float32``) and ``dtype``
+    (``np.dtype('float32')``): never instantiated, a type to dispatch on and to hand to a
+    kernel method's body.
     """
 
     if TYPE_CHECKING:
@@ -253,14 +237,10 @@ class _WeakMeta(type):
 
 class WeakScalar(metaclass=_WeakMeta):
     """The argument type of a Python ``int``, ``float`` or ``bool``: a scalar with no width of
-    its own (numpy's NEP 50 treats Python scalars the same way).
-
-    It dispatches as :attr:`default` (``np.int64``, ``np.float64``, ``np.bool_``) where an
-    applicable method takes that type (or an abstract type above it) for the parameter;
-    otherwise it takes the concrete type of :attr:`family` that the most specific applicable
-    method declares there. The value is converted to that type on every launch, with a range
-    check. Never instantiated: it is a type to dispatch on.
-    """
+    its own (as numpy's NEP 50 treats Python scalars). It dispatches as :attr:`default` where
+    a method takes that type (or one above it), else as the concrete type of :attr:`family`
+    the most specific applicable method declares; the value is converted to that type on
+    every launch, with a range check."""
 
     #: the Python type whose values have this argument type
     pytype: ClassVar[type]
@@ -292,9 +272,8 @@ Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
 
 
 def weak_type(value: Any) -> type[WeakScalar] | None:
-    """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``, ...),
-    as of the scalar itself: ``bool`` before ``int``; None for anything else. A back-end's
-    ``typeof`` asks it after ``WEAK.get(type(value))`` and its own types."""
+    """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``), as of
+    the scalar itself (``bool`` before ``int``); None for anything else."""
     for py in (bool, int, float):
         if isinstance(value, py):
             return WEAK[py]
@@ -302,9 +281,8 @@ def weak_type(value: Any) -> type[WeakScalar] | None:
 
 
 def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
-    """Pickle an argument type by reference: a root (``cl.Array``, ``Struct``, ``WeakScalar``)
-    by its name in its module, a parametric one as its root subscripted (``Array[np.float32]``
-    is ``operator.getitem(Array, np.float32)``), so that it unpickles to the interned class."""
+    """Pickle an argument type by reference: a root by its name in its module, a parametric
+    one as its root subscripted, so that it unpickles to the interned class."""
     meta = type(cls)  # (tested, not cls: cls keeps its attributes for the type checker)
     if issubclass(meta, _ArrayMeta) and "eltype" in cls.__dict__:
         key = cls._whole if cls._whole is not None else cls.eltype
@@ -325,16 +303,10 @@ for _meta in (_ArrayMeta, _StructMeta, _WeakMeta):
 
 def argument_type(annotation: Any) -> Any:
     """The argument type a parameter annotation stands for (the hook ``signature_of`` calls).
-
-    A struct layout is a dtype, a value, which no type checker takes as a type parameter;
-    the spelling both accept is ``typing.Annotated`` with the dtype as its metadata:
-
-    - ``Annotated[Struct, dtype]`` is ``Struct[dtype]``;
-    - ``Annotated[Array[np.void], dtype]`` (or ``Annotated[Array, dtype]``) is
-      ``Array[dtype]`` of that array family (any dtype below the annotated array type).
-
-    ``Annotated[T, ...]`` without a numpy dtype in its metadata is ``T``; any other
-    annotation is returned as it is."""
+    A struct layout is a dtype, which no type checker takes as a type parameter, so
+    ``Annotated[Struct, dtype]`` is ``Struct[dtype]`` and ``Annotated[Array[np.void], dtype]``
+    (or ``Annotated[Array, dtype]``) is ``Array[dtype]``; ``Annotated[T, ...]`` without a
+    dtype is ``T``, anything else itself."""
     if get_origin(annotation) is not Annotated:
         return annotation
     base: Any = annotation.__origin__
@@ -379,12 +351,9 @@ def resolve_weak(t: type, declared: type) -> type:
 
 def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
     """The range a Python ``int`` or ``float`` must be in to become a value of numpy type
-    ``t`` (what a weak argument resolved to) without wrapping or turning into an infinity:
-    ``iinfo(t)`` for an integer type; for a float type narrower than a Python float, every
-    float that rounds to a finite value of ``t`` (SPEC 8: numpy's printed ``finfo(t).max``,
-    ``3.4028235e38`` for ``np.float32``, is in range, as it is for ``struct``'s packing);
-    None where every value fits (``np.float64``, ``np.bool_``, a type that is neither). An
-    infinity or a NaN is a value of every float type: it is never out of range."""
+    ``t`` without wrapping or turning into an infinity: ``iinfo(t)``, or every float that
+    rounds to a finite value of ``t`` (so ``3.4028235e38`` fits ``np.float32``, as for
+    ``struct``'s packing); None where every value fits. An infinity or NaN always fits."""
     if not isinstance(t, type):
         return None
     if issubclass(t, np.integer):
@@ -410,8 +379,7 @@ def _finite_range(t: type) -> tuple[float, float] | None:
 
 def describe_parameter(linked: Any, i: int) -> str:
     """``parameter 1 (v) of kernel put(Array[np.float32], np.float32)``: parameter ``i``
-    (counting captured values first, from 0) of a linked kernel, by its ``name``, ``tt`` and,
-    where it has them, its parameter names ``params``."""
+    (captured values first, from 0) of a linked kernel (its ``name``, ``tt``, ``params``)."""
     params = getattr(linked, "params", None) or ()
     name = f" ({params[i]})" if i < len(params) and params[i] else ""
     signature = f"{linked.name}({', '.join(type_name(t) for t in linked.tt)})"
@@ -419,9 +387,8 @@ def describe_parameter(linked: Any, i: int) -> str:
 
 
 def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
-    """The error of a weak value out of numpy type ``t``'s range (``weak_range``), for the
-    parameter ``where`` names (``describe_parameter``): ``1e+39 does not fit np.float32
-    (-3.4028235e+38 to 3.4028235e+38), the type of parameter 1 (v) of kernel ...``."""
+    """The error of a weak value out of numpy type ``t``'s range, for the parameter ``where``
+    names: ``1e+39 does not fit np.float32 (-3.4e+38 to 3.4e+38), the type of parameter ...``."""
     info: Any = None
     if weak_range(t) is not None:
         info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(cast(Any, t))
@@ -436,9 +403,8 @@ _WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
 
 
 def _wider_fix(value: Any, t: type) -> str:
-    """What to do about ``value`` out of ``t``'s range: declare the narrowest wider type of
-    its kind that holds it (and pass a numpy scalar of it to be explicit), else pass a value
-    in range."""
+    """What to do about ``value`` out of ``t``'s range: the narrowest wider type that holds
+    it, else a value in range."""
     kind = issubclass(t, np.integer)
     for w in _WIDER:
         if issubclass(w, np.integer) != kind or np.dtype(w).itemsize < np.dtype(t).itemsize:
@@ -453,12 +419,9 @@ def _wider_fix(value: Any, t: type) -> str:
 
 
 def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:
-    """``convert(value, linked, i)``: a weak value (a Python ``int``, ``float`` or ``bool``) as
-    numpy type ``t``, the concrete type its parameter ``i`` of ``linked`` took, or an
-    ``OverflowError`` naming the kernel, the parameter and the type where it is out of
-    ``weak_range(t)`` (numpy would wrap nothing but turn a float into an infinity, with only a
-    warning). One per parameter, made when the launch path is generated; a back-end whose
-    own conversion checks ranges (OpenCL's struct packing) raises ``weak_overflow`` instead."""
+    """``convert(value, linked, i)``: a weak value as numpy type ``t`` (what parameter ``i`` of
+    ``linked`` took), or an ``OverflowError`` naming kernel, parameter and type where it is out
+    of ``weak_range(t)``. One per parameter, made when the launch path is generated."""
     bounds = weak_range(t)
     if bounds is None:
 

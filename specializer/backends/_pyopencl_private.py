@@ -1,34 +1,19 @@
 """The private pyopencl attributes the OpenCL back-end uses, each for what it measurably buys.
 
-Everything else it uses is public (``pyopencl.Kernel``, ``pyopencl.enqueue_nd_range_kernel``,
-``pyopencl.Buffer``, ... are the very objects of ``pyopencl._cl``; the launch path checks an
-array's layout through the public ``Array.flags`` and only when an index gets a new array).
+- ``Kernel._set_arg_buf(index, obj)``: set an argument to a buffer-protocol object's bytes. The
+  public ``set_arg`` tries several casts on a numpy scalar first: 99,168 host instructions a
+  launch against 11,699 typed (``tools/bench_launch.py``, CPython 3.11). Without it the launch
+  path gives ``set_arg`` the same bytes: correct, slower.
+- ``Program._get_prg()``: the built ``_Program``, which, unlike the public wrapper, holds no
+  ``Context``, so a context the user drops is freed; there is no public way to the raw program
+  of a source that defines no kernel.
+- ``pyopencl._PYOPENCL_NO_CACHE``: what ``PYOPENCL_NO_CACHE=1`` sets at pyopencl's import, read
+  at each use. With no home directory (a container under an unknown uid) pyopencl's first
+  ``Kernel`` fails to find pytools' cache directory, and pyopencl is usually imported before
+  this back-end: :func:`cache_off_without_home` turns its disk caches off instead (SPEC 9).
 
-- ``Kernel._set_arg_buf(index, obj)``: set a kernel argument to the bytes of a buffer-protocol
-  object (a numpy scalar, or the bytes ``struct`` packs a Python scalar into). The public
-  ``Kernel.set_arg`` tries several casts on a numpy scalar before it takes its bytes: a launch
-  setting one that way costs 99,168 host instructions against 11,699 with its scalar types
-  declared (``tools/bench_launch.py``, "pyopencl untyped" against "pyopencl typed", CPython
-  3.11). Without it (a release that drops it) the launch path gives ``set_arg`` the same
-  bytes: correct, slower.
-- ``Program._get_prg()``: the built ``_Program`` of a ``pyopencl.Program``. The public wrapper
-  holds its ``Context`` object; the built program the caches keep must not, or no context the
-  user drops would be freed (``tests/test_opencl.py``: a dropped context is freed, its
-  reference count back to one). A release without it fails the test below: there is no
-  public way to the raw program of a source that defines no kernel.
-
-- ``pyopencl._PYOPENCL_NO_CACHE``: what ``PYOPENCL_NO_CACHE=1`` in the environment sets when
-  pyopencl is imported, read again at each use. pyopencl keeps its kernels' invokers (and on
-  some platforms its programs) in a cache that pytools puts under the user's cache directory;
-  with no home directory (``HOME`` unset, no passwd entry, no absolute ``XDG_CACHE_HOME``: a
-  container under an unknown uid) its first ``pyopencl.Kernel`` raises "could not determine the
-  home directory", and pyopencl is usually imported (``import pyopencl.array``) before this
-  back-end could set the variable. :func:`cache_off_without_home` sets the flag there, so a
-  program with no home builds and runs with pyopencl's disk caches off (SPEC 9). A release
-  without the flag fails the test below.
-
-Checked against the pyopencl releases in ``CHECKED``; ``tests/test_pyopencl_private.py``
-fails, naming the attribute and these releases, when one changes.
+Checked against the releases in ``CHECKED``; ``tests/test_pyopencl_private.py`` fails, naming
+the attribute and these releases, when one changes.
 """
 
 from __future__ import annotations

@@ -1,18 +1,15 @@
 """Device arrays: the ``Array[T]`` argument types and the back-end's own small array type.
 
-A kernel takes any object with ``__cuda_array_interface__`` (CuPy, PyTorch, Numba,
-versions 2 and 3), a DLPack array on a CUDA device (``__dlpack__``, read through
-cuda.core's ``StridedMemoryView`` when cuda.core is installed), cuda.core's ``Buffer``
-(its bytes, ``Array[np.uint8]``) and ``StridedMemoryView``, and :class:`CuArray`, the
-few lines of device memory this back-end needs so its demo and tests need no other GPU
-library. All are passed as a device pointer and dispatch as ``Array[dtype]``.
+A kernel takes, as a device pointer dispatching as ``Array[dtype]``, any object with
+``__cuda_array_interface__`` (v2, v3), a DLPack array on a CUDA device (through cuda.core's
+``StridedMemoryView``), cuda.core's ``Buffer`` (``Array[np.uint8]``) and ``StridedMemoryView``,
+and :class:`CuArray`, the back-end's own small array (so its demo and tests need no other
+GPU library).
 
-**Foreign arrays on the fast path.** A launch's front entry holds a ``CuArray`` by its
-class (one class per element type). Another library's array class says nothing of the
-dtype, so once the slow path has typed a value of that class, the class gets a *reader*
-in :data:`foreign`: ``reader(value, typestr)`` is the value's device pointer when it is
-C-contiguous, unmasked and of element type ``typestr`` (the fast path's checks), else
-None, and the value takes the slow path, which checks everything and says what is wrong.
+A front entry checks a ``CuArray`` by its class (one per element type). Another library's
+class says nothing of the dtype, so once the slow path has typed one of its values, the
+class gets a reader in :data:`foreign`: ``reader(value, typestr)`` is the device pointer of
+a C-contiguous, unmasked value of element type ``typestr``, else None (the slow path).
 """
 
 from __future__ import annotations
@@ -57,9 +54,8 @@ def _native(a: np.ndarray) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-#: The argument type of each class of values that decides it: the scalar types (filled in by
-#: ``_types``) and each element type's :class:`CuArray` class. ``typeof``'s fast path is one
-#: lookup here by the value's class.
+#: The argument type of each class of values that decides it (the scalar types, filled in by
+#: ``_types``, and each :class:`CuArray` class): ``typeof``'s fast path, one lookup.
 argtypes: dict[type, type] = {}
 
 _classes: dict[np.dtype, type] = {}
@@ -95,9 +91,6 @@ def device_pointer(obj: Any) -> int:
         if ptr is not None:
             return ptr
     return int(obj.__cuda_array_interface__["data"][0])
-
-
-# -- foreign arrays: a reader per class (see the module's docstring) ------------------------------
 
 
 def _view_pointer(v: Any, typestr: str | None) -> int | None:
@@ -185,10 +178,7 @@ class CuArray:
         self, shape: Any, dtype: Any = np.float32, *, context: Context | None = None
     ) -> None:
         """Allocate an uninitialized array in ``context`` (default: the current one)."""
-        self.shape = _shape(shape)
-        self.dtype = np.dtype(dtype)
-        self.argtype = array_type(self.dtype)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._describe(shape, dtype)
         if context is None:
             context = current_context()
         self.context: Context | None = context
@@ -226,17 +216,19 @@ class CuArray:
 
     @classmethod
     def wrap(cls, ptr: int, shape: Any, dtype: Any, *, owner: Any = None) -> CuArray:
-        """A view of device memory someone else owns (kept alive through ``owner``); never
-        freed by this object. Needs no driver call."""
+        """A view of device memory someone else owns (kept alive through ``owner``)."""
         self = object.__new__(cuarray_class(dtype) if cls is CuArray else cls)
-        self.shape = _shape(shape)
-        self.dtype = np.dtype(dtype)
-        self.argtype = array_type(self.dtype)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self._describe(shape, dtype)
         self.context = None
         self.owner = owner
         self.ptr = int(ptr)
         return self
+
+    def _describe(self, shape: Any, dtype: Any) -> None:
+        self.shape = _shape(shape)
+        self.dtype = np.dtype(dtype)
+        self.argtype = array_type(self.dtype)
+        self.nbytes = self.size * self.dtype.itemsize
 
     def set(self, host: Any) -> None:
         """Copy ``host`` (same shape and dtype, any byte order) into this array."""

@@ -1,12 +1,8 @@
 """The CUDA :class:`~specializer.Backend`: NVRTC compilation and per-context loading.
 
-``compile`` joins the device sources of a job (callees first, then the kernel:
-:mod:`._source`) and compiles them with NVRTC for the config's architecture
-(:mod:`._program`; the toolkit's headers: :mod:`._toolkit`), then checks the kernel's
-parameters against the argument types it was looked up for (:mod:`._ptx`). It needs no
-GPU. ``link`` loads the result into one context (:mod:`._module`). The config is
-(architecture, NVRTC options), made from the compiler keyword arguments by
-:func:`compiler_config`.
+``compile`` builds a job's program (:mod:`._source`) with NVRTC (:mod:`._program`), no GPU
+needed, and checks the kernel's parameters (:mod:`._ptx`); ``link`` loads it into one context
+(:mod:`._module`). The config, (architecture, NVRTC options), is :func:`compiler_config`'s.
 """
 
 from __future__ import annotations

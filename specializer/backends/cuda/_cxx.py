@@ -19,10 +19,8 @@ _GLOBAL_DECL = re.compile(r"([^;{}]*?)\b__global__\b([^;{}(]*?)\b([A-Za-z_]\w*)\
 
 
 def kernel_names(source: str) -> list[str]:
-    """The names of the ``__global__`` functions ``source`` defines at file scope that are
-    not templates, each declared under one name only: the name expressions that can be
-    compiled along with any other (a template needs its instance named; an overloaded or
-    namespaced one is left to its own entry)."""
+    """The non-template ``__global__`` functions ``source`` defines at file scope under one
+    name only: the name expressions that can be compiled along with any other."""
     text = _ATTRIBUTES.sub(" ", _COMMENTS.sub(" ", source))
     text = re.sub(r"^[ \t]*#[^\n]*", " ", text, flags=re.M)  # preprocessor lines
     # the start of each block that is not extern "C" { ... }: a kernel inside is not at file
@@ -45,8 +43,6 @@ def kernel_names(source: str) -> list[str]:
     return [n for n, count in names.items() if count == 1]
 
 
-# -- a C++ entry's parameter types, from its mangled name ------------------------------------
-
 _MANGLED_BUILTINS = {
     **{"v": "void", "b": "bool", "c": "char", "a": "signed char", "h": "unsigned char"},
     **{"s": "short", "t": "unsigned short", "i": "int", "j": "unsigned int", "l": "long"},
@@ -59,10 +55,9 @@ _TEMPLATE_PARAM = re.compile(r"T(\d*)_")
 
 
 class _Mangled:
-    """The parameter types of a function's Itanium-mangled name (what NVRTC lowers a C++
-    ``__global__`` function to), as C++ spells them: ``_Z1kPKfPi`` gives ``["float const*",
-    "int*"]``. A subset: what it does not read (``std::`` names, local names, operators,
-    packs, expressions) is a ValueError, and the entry goes unchecked."""
+    """The parameter types of an Itanium-mangled name, as C++ spells them: ``_Z1kPKfPi`` gives
+    ``["float const*", "int*"]``. A subset: what it does not read (``std::`` names, operators,
+    packs, ...) is a ValueError, and the entry goes unchecked."""
 
     def __init__(self, mangled: str) -> None:
         self.s, self.i = mangled, 0

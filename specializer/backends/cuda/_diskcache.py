@@ -1,18 +1,10 @@
 """NVRTC's output on disk, shared by every process of the user: compile once, not once per process.
 
-An entry is what NVRTC made of one compilation: the PTX, the cubin (for an ``sm_XX``
-target), the lowered (mangled) name of each name expression, and NVRTC's log. Its key
-is a SHA-256 over everything that decides that output: the full device source, the
-name expressions, every option passed to NVRTC (the architecture and the header
-directories among them), NVRTC's version, and the identity (size and modification
-time) of the toolkit headers found. Nothing else goes in: no world number, no
-method or kernel object, no context or module handle, so an entry is right in any
-process and any world that asks for the same compilation.
-
-It lives in ``$SPECIALIZER_CACHE_DIR/cuda`` (or ``cuda`` in the user's cache directory), one
-file ``<key>.nvrtc`` per entry, the key also stored in it and checked; where it is, how a file
-is written whole, checked and evicted, and precompile-output mode (nothing written) are
-:mod:`specializer.diskcache`'s. It never makes a compilation fail.
+An entry (``<key>.nvrtc``) holds the PTX, the cubin, each name expression's lowered name and
+NVRTC's log; its key is a SHA-256 over all that decides them (source, name expressions, every
+option, NVRTC's version, the toolkit headers' identity) and nothing else (no world, kernel or
+handle), so it is right in any process. Where it lives, how it is written, checked and evicted
+are :mod:`specializer.diskcache`'s. It never makes a compilation fail.
 """
 
 from __future__ import annotations
@@ -24,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ... import diskcache
-from ...diskcache import ENV_VAR, default_dir
 
-__all__ = ["ENV_VAR", "cache_dir", "default_dir", "entry_path", "key_of", "load", "store"]
+__all__ = ["cache_dir", "key_of", "load", "store"]
 
 _MAGIC = b"specializer nvrtc cache 2\n"
 _LEN = struct.Struct("<Q")
@@ -43,12 +34,6 @@ def key_of(parts: dict[str, Any]) -> str:
     """The key of a compilation: the SHA-256 (hex) of its parts in a canonical form."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def entry_path(key: str, directory: Path | None = None) -> Path | None:
-    """Where the entry of ``key`` lives (``None`` when the cache is off)."""
-    d = cache_dir() if directory is None else directory
-    return None if d is None else d / f"{key}{_SUFFIX}"
 
 
 def _encode(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bytes:
@@ -92,9 +77,8 @@ def _decode(key: str, body: bytes) -> dict[str, Any] | None:
 
 
 def load(key: str) -> dict[str, Any] | None:
-    """The entry of ``key`` (``ptx``, ``cubin``, ``lowered``, ``log``), or ``None``: the cache
-    is off or not private, there is no entry, or it is not the user's own regular file, is
-    unreadable or corrupt."""
+    """The entry of ``key`` (``ptx``, ``cubin``, ``lowered``, ``log``), or ``None`` (off, missing,
+    not private, unreadable or corrupt)."""
     d = diskcache.private_dir("cuda", create=False)
     if d is None:
         return None
@@ -108,9 +92,7 @@ def load(key: str) -> dict[str, Any] | None:
 
 
 def store(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bool:
-    """Write the entry of ``key`` atomically, ``0600`` in a ``0700`` directory; whether it was
-    written (never raises: a cache that cannot be written is no cache; nothing is written in
-    precompile-output mode)."""
+    """Write the entry of ``key``; whether it was written."""
     d = diskcache.private_dir("cuda", create=True)
     if d is None:
         return False

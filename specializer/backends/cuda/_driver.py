@@ -1,16 +1,9 @@
 """The CUDA driver: one probe for it, errors that say what is missing, contexts and streams.
 
-Nothing here touches the driver at import. The first call that needs it probes
-once (``cuInit``) and caches the answer: without the driver library every
-driver call would search for it again, and fail the same way.
-
-Each thread has a *current context* of its own (the analog of CUDA.jl's
-task-local state): the primary context of device 0 until the thread enters
-another with ``with ctx:``. A launch reads it with one thread-local attribute
-load instead of asking the driver (``cuCtxGetCurrent`` costs more than the rest
-of a cached lookup). A :class:`Context` object is the cache key for everything
-loaded into it, so a context that is destroyed and created again, even at the
-same driver handle, is a new key and misses.
+Nothing touches the driver at import; the first call that needs it probes once. Each thread
+has a current context (CUDA.jl's task-local state), read by a launch with one thread-local
+load (``cuCtxGetCurrent`` costs more than the rest of a cached lookup). A :class:`Context`
+object is the cache key, so a context destroyed and created again misses.
 """
 
 from __future__ import annotations
@@ -58,10 +51,8 @@ __all__ = [
 
 
 class CUDAUnavailableError(RuntimeError):
-    """No usable CUDA driver or GPU. The message names what is missing.
-
-    Compiling to PTX with NVRTC needs neither: ``code_ptx(f, tt, arch="sm_90")`` still works.
-    """
+    """No usable CUDA driver or GPU; the message names what is missing. Compiling to PTX
+    needs neither: ``code_ptx(f, tt, arch="sm_90")`` still works."""
 
 
 class CUDAError(RuntimeError):
@@ -181,9 +172,8 @@ def check_use() -> None:
         _world.check_fork(FORK_WHAT)
 
 
-#: Called with a context's key when the context is gone (destroyed or collected), after the
-#: core forgot the lookups keyed by it: each higher layer that keeps something per context
-#: (``_module``'s loaded modules) appends its own at import. They take no lock.
+#: Called, taking no lock, with a context's key when the context is gone, after the core
+#: forgot the lookups keyed by it (``_module`` appends the drop of its loaded modules).
 on_forget: list[Callable[[ContextKey], None]] = []
 
 
@@ -198,6 +188,13 @@ def _device(ordinal: int) -> Any:
     return check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
 
 
+def _attribute(name: str, device: Any) -> int:
+    """The device attribute ``CU_DEVICE_ATTRIBUTE_<name>``."""
+    which = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    value: int = check(driver.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute")
+    return value
+
+
 def _create_context(dev: Any) -> Any:
     """``cuCtxCreate`` across cuda-bindings 13 (params, flags, dev) and 12 (flags, dev)."""
     try:
@@ -208,12 +205,8 @@ def _create_context(dev: Any) -> Any:
 
 class ContextKey:
     """What the caches key on for one :class:`Context` (its ``token``): compared by identity,
-    holding the context weakly, so that no cache keeps a context the user dropped alive.
-
-    ``table`` is the core's *where table* of the context (its kernels' front entries, see
-    :meth:`specializer.launching.Launcher.where_table`): a launch's where is the context's
-    ``key``, a tuple, which cannot carry one. Nothing in it refers to the context; it is
-    emptied when the context is gone."""
+    holding the context weakly. ``table`` is the context's where table
+    (:meth:`specializer.launching.Launcher.where_table`), emptied when the context is gone."""
 
     __slots__ = ("__weakref__", "name", "ref", "table")
 
@@ -240,9 +233,8 @@ def _forget(token: ContextKey) -> None:
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:
-    """A Context object no one holds any more: a context of its own is destroyed with it
-    (nothing can reach it: arrays, streams and HostKernels of it hold the object), and what
-    was cached for it is dropped. Runs from the garbage collector: errors are not raised."""
+    """A Context object no one holds (its arrays, streams and HostKernels would): a context of
+    its own is destroyed with it, what was cached for it dropped. Raises nothing (a finalizer)."""
     if alive[0] and not is_primary:
         alive[0] = False
         try:
@@ -254,11 +246,8 @@ def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[boo
 
 class Context:
     """A CUDA context on one device; its identity is the cache key for code loaded into it.
-
-    Make one with :meth:`primary` (the device's primary context, shared with CuPy,
-    PyTorch and cuda.core) or :meth:`create` (a context of its own). ``with ctx:``
-    makes it the calling thread's current context for the block.
-    """
+    Make one with :meth:`primary` (shared with CuPy, PyTorch and cuda.core) or :meth:`create`
+    (its own); ``with ctx:`` makes it the calling thread's current context for the block."""
 
     __slots__ = (
         "__weakref__",
@@ -288,16 +277,8 @@ class Context:
         self._finalizer = weakref.finalize(
             self, _collected, self.token, handle, is_primary, self._alive
         )
-        A = driver.CUdevice_attribute
-        major = check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-            "cuDeviceGetAttribute",
-        )
-        minor = check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-            "cuDeviceGetAttribute",
-        )
-        self.capability: tuple[int, int] = (major, minor)
+        major = _attribute("COMPUTE_CAPABILITY_MAJOR", device)
+        self.capability: tuple[int, int] = (major, _attribute("COMPUTE_CAPABILITY_MINOR", device))
         raw = check(driver.cuDeviceGetName(256, device), "cuDeviceGetName")
         self.name = raw.split(b"\0", 1)[0].decode(errors="replace").strip() if raw else "?"
         self.token.name = repr(self)
@@ -493,31 +474,21 @@ def max_cooperative_blocks(
     context: Context,
     limits: dict[tuple[int, int], tuple[int, int, int]] | None = None,
 ) -> tuple[int, int, int]:
-    """``(most blocks, blocks per SM, SMs)``: how many blocks of ``block_threads`` threads and
-    ``shared_mem`` bytes of dynamic shared memory can be resident at once on ``context``'s
-    device for ``function`` (``cuOccupancyMaxActiveBlocksPerMultiprocessor`` times the SM
-    count), the limit of a cooperative launch's grid. ``limits``, the function's own dict
-    (its linked kernel's: it lives as long as the function handle), caches them per (block,
-    shared memory). Raises :class:`CUDAError` if the device cannot launch cooperatively."""
+    """``(most blocks, blocks per SM, SMs)`` resident at once for ``function`` on ``context``'s
+    device (the limit of a cooperative grid), cached per (block, shared memory) in ``limits``,
+    the linked kernel's dict. A :class:`CUDAError` if the device cannot launch cooperatively."""
     key = (int(block_threads), int(shared_mem))
     found = None if limits is None else limits.get(key)
     if found is not None:
         return found
-    A = driver.CUdevice_attribute
     with pushed(context):
-        if not check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH, context.device),
-            "cuDeviceGetAttribute",
-        ):
+        if not _attribute("COOPERATIVE_LAUNCH", context.device):
             raise CUDAError(
                 "cooperative launch",
                 driver.CUresult.CUDA_ERROR_NOT_SUPPORTED,
                 f"{context!r} does not support cooperative launches",
             )
-        sms = check(
-            driver.cuDeviceGetAttribute(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, context.device),
-            "cuDeviceGetAttribute",
-        )
+        sms = _attribute("MULTIPROCESSOR_COUNT", context.device)
         per_sm = check(
             driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(
                 function, int(block_threads), int(shared_mem)
@@ -542,12 +513,9 @@ def launch_cooperative(
     name: str = "kernel",
     limits: dict[tuple[int, int], tuple[int, int, int]] | None = None,
 ) -> None:
-    """Launch ``function`` cooperatively (``cuLaunchCooperativeKernel``: its blocks may
-    synchronize grid-wide with ``cooperative_groups::this_grid().sync()``) on ``grid`` blocks
-    of ``block`` threads (3-tuples), ``stream`` a ``CUstream``, ``params`` the address of the
-    ``void*`` array of parameters (or ``None``), ``limits`` the function's cache of its
-    limits (see :func:`max_cooperative_blocks`). A grid larger than the device can hold at
-    once is a ``ValueError`` naming both sizes, before anything is launched."""
+    """Launch ``function`` with ``cuLaunchCooperativeKernel`` (its blocks may sync grid-wide);
+    ``params`` is the address of the ``void*`` parameter array. A grid larger than the device
+    holds at once is a ``ValueError`` naming both sizes, before anything is launched."""
     blocks = grid[0] * grid[1] * grid[2]
     threads = block[0] * block[1] * block[2]
     most, per_sm, sms = max_cooperative_blocks(function, threads, shared_mem, context, limits)

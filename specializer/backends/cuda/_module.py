@@ -1,11 +1,7 @@
 """Modules loaded into contexts, and the kernels got from them.
 
-:func:`load` loads a compiled kernel's cubin (or PTX) into one context, once per NVRTC
-program there (the kernels of one source share the module, as they share the program),
-and gets the function: a :class:`LinkedKernel`, what ``cufunction`` caches, with the
-launch path of each signature it was looked up for and the function's cooperative
-limits. Its :meth:`~LinkedKernel.get_global` and :meth:`~LinkedKernel.copy_to_global`
-reach the module's ``__constant__`` and ``__device__`` variables.
+:func:`load` loads a kernel's cubin (or PTX) into one context, once per NVRTC program
+there, and gets the function as a :class:`LinkedKernel`, what ``cufunction`` caches.
 """
 
 from __future__ import annotations
@@ -26,17 +22,15 @@ __all__ = ["LinkedKernel", "load"]
 
 
 def _host_address(a: np.ndarray) -> int:
-    """The address of a contiguous numpy array's data (its array interface)."""
     address: int = a.__array_interface__["data"][0]
     return address
 
 
 class LinkedKernel:
     """A kernel loaded into one context, with the launch path of each signature it was looked
-    up for (``bound``, the core's, see :mod:`specializer.launching`): the result
-    ``cufunction`` caches. It references no kernel instance (captured values come from
-    each launch). Its module's ``__constant__`` and ``__device__`` variables are reached
-    with :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
+    up for (``bound``): the result ``cufunction`` caches; it holds no kernel instance. Its
+    module's ``__constant__`` and ``__device__`` variables are reached with
+    :meth:`get_global`, :meth:`copy_to_global` and :meth:`copy_from_global`."""
 
     __slots__ = (
         "__weakref__",
@@ -168,8 +162,7 @@ class LinkedKernel:
 def load(
     job: CompilerJob, artifact: CUDAArtifact, token: ContextKey, context: Context
 ) -> LinkedKernel:
-    """Load ``artifact`` into ``context`` (whose key is ``token``), once per NVRTC program,
-    and get the kernel's function."""
+    """Load ``artifact`` into ``context`` once per NVRTC program; the kernel's function."""
     image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
     detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"
     # one module per program and context: the kernels of one source share it (and its

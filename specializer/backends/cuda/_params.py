@@ -1,20 +1,14 @@
 """Kernel parameters laid out once per signature, for the launch path that fills them.
 
-``cuLaunchKernel`` takes the parameters as a ``void**``: an array of pointers, one
-per parameter, to its value. cuda.bindings can build that from a
-``(values, types)`` tuple, allocating and filling two C arrays on every call. Here
-each signature's parameters get a :class:`ParamBuffer`, laid out once (a ctypes
-structure with one field per parameter, C layout, and the ``void*`` array of the
-fields' addresses), and the launch path generated from ``templates/cuda_entry.py.j2``
-stores each argument into its field and passes the array's address, an int, which
-the binding uses as is. A struct by value is its bytes, at the alignment CUDA C gives it.
+``cuLaunchKernel`` takes a ``void**``, one pointer per parameter to its value; cuda.bindings
+would build it from ``(values, types)``, two C arrays allocated on every call. Here each
+signature gets a :class:`ParamBuffer` laid out once (a ctypes structure, C layout, and the array
+of its fields' addresses); the generated launch path stores each argument into its field and
+passes the array's address, an int. A struct by value is its bytes, at CUDA C's alignment.
 
-Threads: a buffer must not change while the driver reads it (during
-``cuLaunchKernel``, which runs without the GIL). Each signature keeps a pool of
-buffers; a launch takes one (``list.pop``, atomic), fills it, launches and gives it
-back (``list.append``). Concurrent launches thus use different buffers, without a
-lock (which would cost three times as much per launch and make threads wait on each
-other); the pool holds as many buffers as launches of that signature ever ran at once.
+A buffer must not change while the driver reads it (``cuLaunchKernel`` runs without the GIL):
+each launch takes one from its signature's pool (``list.pop``, atomic) and gives it back, so
+concurrent launches never share one, without a lock (which would cost three times as much).
 """
 
 from __future__ import annotations
@@ -37,9 +31,8 @@ __all__ = ["ParamBuffer", "dim3", "field_ctype", "namespace", "pool", "range_of"
 
 class ParamBuffer:
     """The parameters of one kernel signature: ``values``, a ctypes structure with field
-    ``a<i>`` for parameter ``i``, ``fields``, each field's address, and ``address``, the
-    address of the ``void*`` array pointing at each field (what ``cuLaunchKernel`` takes as
-    ``kernelParams``)."""
+    ``a<i>`` for parameter ``i``; ``fields``, their addresses; ``address``, that of the
+    ``void*`` array of them (``cuLaunchKernel``'s ``kernelParams``)."""
 
     __slots__ = ("address", "fields", "pointers", "tt", "values")
 
@@ -81,10 +74,9 @@ def struct_dtype(t: type[Struct]) -> np.dtype:
 
 
 def struct_alignment(dtype: np.dtype) -> int:
-    """The alignment CUDA C gives a struct of this layout: a vector type of 2 or 4 equal
-    fields (``float2``, ``float4``, ``int4``, ...) is aligned to its size (at most 16), as
-    ``vector_types.h`` declares them; any other struct to its most aligned field (declare the
-    numpy dtype with ``align=True`` so that its offsets are C's)."""
+    """The alignment CUDA C gives a struct of this layout: a vector of 2 or 4 equal fields
+    (``float4``) its size, at most 16 (``vector_types.h``); any other struct its most aligned
+    field's (a dtype with ``align=True`` has C's offsets)."""
     names, by_name = dtype.names, dtype.fields
     if names is None or by_name is None:
         raise TypeError(f"a struct parameter's dtype is a structured dtype, got {dtype}")
@@ -98,9 +90,8 @@ _struct_ctypes: dict[np.dtype, type] = {}
 
 
 def field_ctype(t: type) -> type:
-    """The ctypes type of a parameter of argument type ``t`` in a parameter buffer: a struct's
-    bytes at its alignment (a union of the bytes and a carrier of that alignment), else
-    ``param_ctype``'s."""
+    """The ctypes type of a parameter of argument type ``t``: a struct's bytes in a union with
+    a carrier of its alignment, else ``param_ctype``'s."""
     if isinstance(t, type) and issubclass(t, Struct):
         dt = struct_dtype(t)
         ct = _struct_ctypes.get(dt)
@@ -148,9 +139,8 @@ def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> Non
     )
 
 
-#: The range a Python scalar must be in to be stored into a parameter of type ``t`` without
-#: wrapping or rounding to infinity (None where every value fits: float64): the core's, which
-#: every back-end's weak values are checked against (the template inlines the comparison).
+#: The range a Python scalar must be in for a parameter of type ``t``: the core's (the
+#: template inlines the comparison).
 range_of = weak_range
 
 
@@ -159,8 +149,7 @@ _pools_lock = new_lock(reentrant=False)
 
 
 def pool(tt: tuple[type, ...]) -> list[ParamBuffer]:
-    """The pool of parameter buffers of signature ``tt`` (every parameter's concrete type,
-    captured ones first), shared by every kernel of that signature."""
+    """The parameter buffers of signature ``tt``, shared by every kernel of that signature."""
     p = _pools.get(tt)
     if p is None:
         with _pools_lock():

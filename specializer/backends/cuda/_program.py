@@ -1,16 +1,9 @@
 """NVRTC programs: one compilation, kept on disk, and the programs the kernels of a source share.
 
-:func:`nvrtc_compile` compiles a program with NVRTC for an architecture: PTX always, and a
-cubin for a real architecture (``sm_XX``), which is what gets loaded, so the driver never
-has to JIT PTX newer than it knows. It needs no GPU.
-
-NVRTC's output is kept on disk across processes (:mod:`._diskcache`), keyed by everything
-that decides it, the user files the source includes among them (:mod:`specializer.includes`);
-:func:`nvrtc_compiles` counts the compilations NVRTC actually ran in this process. The kernels
-whose methods return one source share one NVRTC program (:func:`compile_program`). Every NVRTC
-failure is a :class:`~specializer.CompileError` naming the kernel, its entry, the architecture,
-the options and NVRTC's log, with a hint where the log shows a known mistake (a host header, a
-toolkit header not found, a function template without its instance).
+:func:`nvrtc_compile` makes PTX, and for an ``sm_XX`` target the cubin that gets loaded (so the
+driver never JITs PTX newer than it knows), with no GPU; its output is kept on disk, keyed by
+everything that decides it. Every failure is a :class:`~specializer.CompileError` naming the
+kernel, entry, architecture, options and NVRTC's log, with a hint for known mistakes.
 """
 
 from __future__ import annotations
@@ -49,10 +42,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class CUDAArtifact:
-    """What NVRTC made of a job: the PTX, the cubin (for an ``sm_XX`` target), the entry's
-    lowered name, the architecture, NVRTC's log, the device source it came from, the name
-    expression of the entry, the options NVRTC was given (architecture first), and the key
-    of the NVRTC program it came from (``program``: the kernels of one source share it)."""
+    """What NVRTC made of a job, with its source, name expression, options and the key of the
+    NVRTC program the kernels of one source share."""
 
     source: str
     ptx: str
@@ -67,9 +58,8 @@ class CUDAArtifact:
 
 @dataclass(frozen=True)
 class NVRTCResult:
-    """One NVRTC compilation: the PTX, the cubin (``sm_XX`` targets), the lowered name of
-    each name expression, NVRTC's log, the options it was given, and whether it came from
-    the disk cache."""
+    """One NVRTC compilation: PTX, cubin, each name expression's lowered name, log, options,
+    and whether it came from the disk cache."""
 
     ptx: str
     cubin: bytes | None
@@ -79,15 +69,12 @@ class NVRTCResult:
     cached: bool = field(default=False, compare=False)
 
 
-# -- one NVRTC compilation ------------------------------------------------------------------
-
 _compiles = 0
 _compiles_lock = new_lock(reentrant=False)
 
 
 def nvrtc_compiles() -> int:
-    """How many times this process has run NVRTC's compiler (``nvrtcCompileProgram``); an
-    entry found in the disk cache runs it zero times."""
+    """How many times NVRTC's compiler ran in this process (a disk-cache hit runs it not)."""
     return _compiles
 
 
@@ -172,11 +159,9 @@ def included_digest(
     headers: tuple[tuple[str, str], ...] = (),
     kernel: str = "",
 ) -> str:
-    """The digest of the user files ``source`` includes (:mod:`specializer.includes`): from
-    the ``-I`` directories of ``options`` made absolute, the program name's directory
-    (NVRTC looks there for quoted includes; a relative name is in the current directory)
-    and the in-memory ``headers``. Toolkit headers are not scanned: they count by NVRTC's
-    version and the headers' fingerprint."""
+    """The digest of the user files ``source`` includes, from ``options``' ``-I`` directories,
+    the program name's directory (NVRTC's for quoted includes) and the in-memory ``headers``.
+    Toolkit headers count by NVRTC's version and their fingerprint instead."""
     program = _program_name(name, kernel)
     return includes.digest(
         source,
@@ -197,15 +182,11 @@ def nvrtc_compile(
     headers: tuple[tuple[str, str], ...] = (),
     included: str | None = None,
 ) -> NVRTCResult:
-    """Compile ``source`` with NVRTC for ``arch`` (``sm_XX``: PTX and a cubin; ``compute_XX``:
-    PTX), with the toolkit's header directories after ``options``, and find the lowered name
-    of each name expression in ``expressions`` (``"fill"``, ``"reduce2<float>"``). ``name``
-    is the program's name (default ``<kernel>.cu``), ``headers`` its in-memory headers as
-    ``(include name, text)`` pairs. The disk cache is asked first and filled after; its key
-    holds the contents of every user file the source includes (:func:`included_digest`;
-    ``included``, when the caller has computed it already). ``kernel`` names the kernel in
-    messages. Raises :class:`~specializer.CompileError` naming the kernel, the options and
-    NVRTC's log."""
+    """Compile ``source`` with NVRTC for ``arch`` (``compute_XX``: PTX only), the toolkit's
+    header directories after ``options``, and find the lowered name of each of
+    ``expressions`` (``"reduce2<float>"``). ``name`` defaults to ``<kernel>.cu``; ``headers``
+    are ``(include name, text)`` pairs; ``included`` is :func:`included_digest` if computed.
+    The disk cache is asked first and filled after."""
     label = f"kernel {kernel}" if kernel else "a CUDA program"
     _check_no_nul(label, source, headers)
     opts = _compile_options(arch, tuple(options))
@@ -340,10 +321,7 @@ def _compile_error(
     )
 
 
-# -- the programs the kernels of a source share ---------------------------------------------
-
-#: NVRTC programs built in this process, by what they are built from: the kernels of one
-#: source share one (and the artifact says which, ``program``). Bounded: the newest are kept.
+#: NVRTC programs built in this process, by what they are built from (the newest kept).
 _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
 _programs_lock = new_lock(reentrant=False)
@@ -366,11 +344,9 @@ def _program_key(p: Program, included: str) -> str:
 
 
 def compile_program(p: Program, expression: str, kernel: str = "") -> tuple[str, NVRTCResult]:
-    """The NVRTC program of ``p`` with ``expression`` among its name expressions: ``(key,
-    result)``. A program is compiled with the name expressions of every kernel found in
-    the source (:func:`kernel_names`) and the one asked for, so the next kernels of the
-    source reuse it; another template instance is another program (of that instance and
-    the same kernels), so what a kernel's PTX holds never depends on what ran before."""
+    """``(key, result)``: the NVRTC program of ``p`` with ``expression`` among its name
+    expressions, compiled with every kernel of the source too, so they reuse it; another
+    template instance is another program, so a kernel's PTX never depends on what ran before."""
     included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
     with _programs_lock():  # straight-line: the loops are in the called function

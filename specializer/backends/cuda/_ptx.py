@@ -1,9 +1,6 @@
-"""What the back-end reads of PTX: a kernel's parameters, checked against the argument
-types of its lookup where it is compiled (SPEC 8), and a module's variables.
-
-The PTX ``.param`` types give each parameter's size and kind (integer, floating-point,
-pointer, bytes); for a C++ entry, its mangled name (:mod:`._cxx`) adds what each pointer
-points at. Nothing here runs on a launch.
+"""What the back-end reads of PTX: a kernel's parameters (size and kind; for a C++ entry, its
+mangled name adds what each pointer points at), checked against the argument types where it
+is compiled (SPEC 8), and a module's variables. Nothing here runs on a launch.
 """
 
 from __future__ import annotations
@@ -28,9 +25,8 @@ _KIND_NAMES = {"f": "floating-point", "i": "integer", "ptr": "pointer", "bytes":
 
 
 def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
-    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` named
-    ``lowered``: kind ``"f"`` (``.f32``), ``"i"`` (``.u32``, ``.s8``, ...), ``"ptr"`` (a
-    ``.u64 .ptr``) or ``"bytes"`` (``.b8 name[N]``, ``.b32``: a struct, a ``__half``); None
+    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` ``lowered``, kind
+    ``"f"``, ``"i"``, ``"ptr"`` (``.u64 .ptr``) or ``"bytes"`` (a struct, a ``__half``); None
     when the entry is not found."""
     m = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\(([^)]*)\)", ptx)
     if m is None:
@@ -61,12 +57,10 @@ def _argument_kind(t: type) -> tuple[str, int] | None:
 
 
 def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
-    """A ``TypeError`` when an argument type cannot be what the kernel's parameter is, as
-    the PTX declares it (SPEC 8): another size, or a float for an integer (or the other
-    way); and, for an entry with C++ linkage, an array whose elements differ in kind or size
-    from what the pointer parameter points at, as the mangled name declares it (extern "C"
-    names say nothing of that). Runs where the kernel is compiled (no GPU needed), never on
-    a launch."""
+    """A ``TypeError`` when an argument type cannot be the kernel's parameter as the PTX
+    declares it (SPEC 8): another size, a float for an integer or back; for a C++ entry also
+    an array whose elements differ from what its mangled name says the pointer points at.
+    Runs where the kernel is compiled, never on a launch."""
     params = ptx_parameters(ptx, lowered)
     if params is None:
         return
@@ -162,8 +156,6 @@ def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
         return "float", dtype.itemsize // (2 if dtype.kind == "c" else 1)
     return ("int", dtype.itemsize) if dtype.kind in "biu" else None
 
-
-# -- a module's variables -------------------------------------------------------------------
 
 _PTX_GLOBAL = re.compile(
     r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)",

@@ -22,18 +22,10 @@ _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 class KernelSource(_KernelSource):
     """A kernel method's source with how to compile it: ``KernelSource(source,
     entry="reduce2<float>", name="reduce_kernel.cu", headers={"common.h": text},
-    options=("-DREAL=float",))``, each part of every cache key.
-
-    ``entry`` is an NVRTC name expression: a function template's instance
-    (``my_sqrt<int>``, ``ns::scan<float, 256>``) or the name of one of several kernels in
-    the source; ``None`` (and a plain ``str`` source) is the method's name (write it
-    ``extern "C"`` so the PTX ``.entry`` is that very name; a C++ kernel is found under its
-    mangled name). ``name`` is the program's name NVRTC is given (quoted includes are looked
-    for first in its directory); ``headers`` are in-memory headers, each found by its include
-    name (``#include "common.h"``), keyed by their contents. ``options`` are NVRTC options
-    built from the method's types (not ``-DT=``: NVRTC's own headers have template parameters
-    ``T``), before the compiler keyword arguments'. A device function's ``KernelSource``
-    gives the whole program its headers and options; its entry and name are not used."""
+    options=("-DREAL=float",))``, each part of every cache key. ``entry`` is an NVRTC name
+    expression (a template instance, or one of several kernels; ``None``: the method's name),
+    ``name`` the program's name, ``headers`` in-memory headers by include name, ``options``
+    NVRTC options from the method's types (``docs/arguments.md``, "Options from a method")."""
 
     __slots__ = ("entry", "headers", "name")
     entry: str | None
@@ -91,9 +83,7 @@ class KernelSource(_KernelSource):
 
 @dataclass(frozen=True)
 class Program:
-    """What one NVRTC program is built from: the joined device source, the program's name,
-    its in-memory headers (merged from every part of the source) and the architecture and
-    options."""
+    """What one NVRTC program is built from (every part's in-memory headers merged)."""
 
     source: str
     name: str | None

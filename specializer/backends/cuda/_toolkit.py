@@ -1,15 +1,9 @@
 """The CUDA toolkit's headers: where they are, and what to do when a header is not found.
 
-Every compilation gets the CUDA toolkit's header directories as include paths, after the
-user's own ``-I`` options: the runtime headers (``cuda_fp16.h``, ``cooperative_groups.h``,
-``cuComplex.h``, ...) and CCCL's (``<cuda/std/...>``, CUB, Thrust), found as CuPy finds
-them: through ``cuda.pathfinder``, which looks in NVIDIA's header wheels
-(``cuda-toolkit[cudart,cccl]``, part of the ``cuda`` extra), conda, then
-``CUDA_PATH``/``CUDA_HOME`` and the system's toolkit; without ``cuda.pathfinder``,
-``CUDA_PATH``/``CUDA_HOME`` only. See :func:`toolkit_include_dirs`. A header that is not
-found is an error naming the directory that is missing and how to get it
-(:func:`missing_header_hint`); a host header (``<cstdio>``, a sample's ``helper_cuda.h``)
-is named as host code.
+Every compilation gets the runtime's and CCCL's header directories after the user's ``-I``
+options, found as CuPy finds them: through ``cuda.pathfinder`` (NVIDIA's header wheels, conda,
+then the system's toolkit), else ``CUDA_PATH``/``CUDA_HOME``. A header not found is an error
+saying how to get it; a host header (``<cstdio>``, ``helper_cuda.h``) is named as host code.
 """
 
 from __future__ import annotations
@@ -34,8 +28,7 @@ __all__ = [
     "toolkit_include_dirs",
 ]
 
-#: The toolkit's header directories NVRTC is given: what each holds, the file that shows it
-#: is there, and the pip extra that installs it.
+#: The toolkit's header directories NVRTC is given: what each holds, the file that shows it.
 _HEADER_KINDS = {
     "cudart": (
         "the CUDA runtime headers (cuda_fp16.h, cooperative_groups.h, ...)",
@@ -113,8 +106,7 @@ def _header_dirs() -> tuple[_HeaderDir, ...]:
 
 
 def toolkit_include_dirs() -> tuple[str, ...]:
-    """The toolkit's header directories every compilation gets as include paths (found once
-    per process): the runtime headers' and CCCL's, each where it was found."""
+    """The runtime's and CCCL's header directories every compilation gets (found once)."""
     out: list[str] = []
     for d in _header_dirs():
         if d.path and d.path not in out:
@@ -161,8 +153,6 @@ def install_hint() -> str:
         f"to match NVRTC {major}.x, or set CUDA_HOME (or CUDA_PATH) to a CUDA {major} toolkit"
     )
 
-
-# -- a header NVRTC could not open -----------------------------------------------------------
 
 # Host-only headers: the C and C++ standard library (NVRTC compiles device code only, and
 # ships none of them) and the host helpers of NVIDIA's CUDA samples.

@@ -1,8 +1,5 @@
-"""Kernel argument types: what each launch argument dispatches as, how CUDA C spells it,
-and how it is laid out in a kernel's parameter buffer.
-
-``typeof`` runs on every launch for every argument, so its common cases (a Python
-or numpy scalar, a :class:`CuArray`) are one dict lookup or one class check.
+"""Kernel argument types: what each launch argument dispatches as, how CUDA C spells it, and
+its ctypes type in a parameter buffer. ``typeof``'s common cases are one dict lookup.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """The OpenCL back-end: kernels written in OpenCL C, built by pyopencl, run on PoCL's CPU device.
 
-KernelAbstractions' POCL back-end over the core's interface: ``compile(job)`` joins the source
-of a kernel and its callees into an :class:`OpenCLSource` (with the build options their methods
-return in a :class:`KernelSource`), ``link(job, source, context)`` builds it once per context,
-source and options into a :class:`LinkedKernel`, and ``launch``, ``clfunction`` and the
-``HostKernel`` call are the core's launch path, generated per signature from
-``templates/opencl_entry.py.j2``. ``docs/reference-opencl.md`` is the API; ``docs/design.md``
-("OpenCL back-end") the design: argument kinds, the launch path's kernel objects, the layers.
+KernelAbstractions' POCL back-end over the core's interface: ``compile(job)`` joins a kernel's
+and its callees' source into an :class:`OpenCLSource`, ``link`` builds it once per context,
+source and options into a :class:`LinkedKernel`, and the launch path is the core's, generated
+from ``templates/opencl_entry.py.j2``. ``docs/reference-opencl.md`` is the API,
+``docs/design.md`` ("OpenCL back-end") the design.
 """
 
 from __future__ import annotations
@@ -14,12 +12,7 @@ from __future__ import annotations
 from ...types import Struct
 from ._args import Array, Buffer, Image, LocalMemory, Sampler, ctype, typeof
 from ._decorators import capture, device, kernel
-from ._launch import (
-    BACKEND,
-    HostKernel,
-    clfunction,
-    launch,
-)
+from ._launch import BACKEND, HostKernel, clfunction, launch
 from ._launch import COMPILER_KWARGS as COMPILER_KWARGS
 from ._launch import LAUNCH_OPTIONS as LAUNCH_OPTIONS
 from ._launch import _launcher as _launcher

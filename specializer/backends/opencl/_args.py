@@ -13,19 +13,8 @@ import pyopencl as cl
 import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
-from ...kernels import (
-    SCALAR_TYPES,
-    unsupported_argument,
-)
-from ...types import (
-    WEAK,
-    DeviceArray,
-    EltypeT_co,
-    Struct,
-    WeakScalar,
-    type_name,
-    weak_type,
-)
+from ...kernels import SCALAR_TYPES, unsupported_argument
+from ...types import WEAK, DeviceArray, EltypeT_co, Struct, WeakScalar, type_name, weak_type
 
 
 class Array(DeviceArray[EltypeT_co]):
@@ -99,9 +88,8 @@ _array_types: dict[np.dtype, type[DeviceArray[Any]]] = {}
 
 
 def _foreign_order(dtype: np.dtype, path: str = "") -> str | None:
-    """Where ``dtype`` holds a value in non-native byte order (``''`` for the dtype itself,
-    else the field's path, ``'a.b'``), or None. Fields and subarrays are looked into:
-    numpy's ``isnative`` says True of a big-endian subarray field."""
+    """Where ``dtype`` holds a value in non-native byte order (``''``, or a field's path
+    ``'a.b'``), or None; subarrays too, of which numpy's ``isnative`` says True."""
     if dtype.subdtype is not None:
         return _foreign_order(dtype.subdtype[0], path)
     if dtype.names is not None and dtype.fields is not None:  # (numpy sets both or neither)

@@ -12,10 +12,7 @@ import pyopencl as cl
 
 from ...compiler import CompilerJob, users_error
 from ...signatures import signature
-from ...types import (
-    Struct,
-    type_name,
-)
+from ...types import Struct, type_name
 from ._args import _CONCRETE, Array, Buffer, Image, LocalMemory, Sampler, _c_type
 
 _SCALAR_PARAMS: dict[str, tuple[str, int]] = {
@@ -157,10 +154,9 @@ def _dtype_layout(dt: np.dtype) -> _Layout | None:
 def _param_kind(
     name: str, address: int, address_bits: int, types: dict[str, str] | None = None
 ) -> tuple[str, int, _Layout | None]:
-    """(kind, size, layout) of a kernel parameter of type ``name`` in address space
-    ``address``, resolving names with ``types`` (:func:`_source_types`): kind is "image",
-    "sampler", "__global"/"__constant"/"__local" (a pointer; layout: its elements'), "int" or
-    "float" (a scalar), "vector" (equal parts), "struct", or "unknown" (nothing is checked)."""
+    """(kind, size, layout) of a parameter of type ``name`` in address space ``address``:
+    kind "image", "sampler", "__global"/"__constant"/"__local" (a pointer; layout: its
+    elements'), "int", "float", "vector", "struct", or "unknown" (nothing is checked)."""
     name = " ".join(name.split())
     if name.startswith("image") and name.endswith("_t"):
         return "image", 0, None
@@ -230,11 +226,9 @@ def _same_elements(a: _Layout, p: _Layout) -> bool:
 
 
 def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str = "") -> None:
-    """Each kernel parameter's type, as the device reports it, against the argument type
-    the method's signature gives it (SPEC 8): a clear mismatch in kind or size (an array's
-    elements, a vector's parts) is a TypeError, before anything is enqueued. Typedef and
-    struct names are resolved from ``source``. Once per linked kernel (a miss); devices that
-    report no argument info are not checked."""
+    """Each kernel parameter's type, as the device reports it, against the method's argument
+    type (SPEC 8): a clear mismatch in kind or size is a TypeError, before anything is
+    enqueued. Once per linked kernel; devices reporting no argument info are not checked."""
     address_bits = min(d.address_bits for d in context.devices)
     info = cl.kernel_arg_info
     types = _source_types(source)

@@ -11,19 +11,14 @@ import pyopencl as cl
 import pyopencl.array as cla
 
 from ...signatures import signature
+from ...types import describe_parameter as _describe
 from ...types import type_name, weak_overflow
 from .. import _pyopencl_private as _private
 from ._args import _packer
 from ._sizes import _sizes
 
-#: a ``_program.LinkedKernel`` (this module is below it: its program's messages come first)
+#: a ``_program.LinkedKernel`` (a module above this one)
 LinkedKernel = Any
-
-
-def _describe(linked: LinkedKernel, i: int) -> str:
-    name = linked.params[i] if i < len(linked.params) else None
-    what = f"parameter {i}" + (f" ({name})" if name else "")
-    return f"{what} of kernel {signature(linked.name, linked.tt)}"
 
 
 def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
@@ -110,9 +105,8 @@ def _failed(
     global_size: Any = None,
     local_size: Any = None,
 ) -> Exception | None:
-    """The error that says which argument a failed launch could not set, or which work size
-    the device refused, and why; None for another failure (re-raised as it is). Returned, not
-    raised, so the launch raises it from its own frame (one library frame fewer)."""
+    """The error saying which argument a failed launch could not set, or which work size the
+    device refused, and why; None for another failure. Returned for the launch to raise."""
     if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
         try:
             _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it

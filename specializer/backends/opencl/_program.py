@@ -47,8 +47,7 @@ class KernelSource(_KernelSource):
 
 @dataclass(frozen=True)
 class OpenCLSource:
-    """The compiled artifact: the OpenCL C program of one kernel and its callees, and the
-    build options their methods returned (the launch's are added to them when it is built)."""
+    """The artifact: a kernel's and its callees' OpenCL C, with their methods' build options."""
 
     name: str
     source: str
@@ -62,11 +61,8 @@ def _nothing() -> None:
 
 class LinkedKernel:
     """A kernel built in one context: the lookup's result, cached per (compiled code, context).
-
-    It holds no kernel instance (only types went into it), so caching it keeps no captured
-    value alive. ``pool`` holds the kernel objects launches take and give back (see the
-    module's design notes); ``bound`` the launch path of each lookup signature (the core's).
-    """
+    It holds no kernel instance, so no captured value. ``pool`` holds the kernel objects
+    launches take and give back; ``bound`` the launch path of each lookup signature."""
 
     __slots__ = (
         "__weakref__",
@@ -144,20 +140,16 @@ def _param_names(source: str, name: str) -> list[str]:
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
     # A source build (PoCL's path) keeps the failed program, whose log is the compiler's
     # text alone; otherwise pyopencl's message carries the log.
-    built = program
-    if built is not None:
-        logs = []
-        for dev in context.devices:
-            try:
-                # pyopencl's Program.get_build_info is unannotated (it forwards *args)
-                log = built.get_build_info(dev, cl.program_build_info.LOG).strip()  # type: ignore[no-untyped-call]
-            except cl.Error:
-                continue
-            if log:
-                logs.append(f"on {dev.name}:\n{log}")
-        if logs:
-            return "\n".join(logs)
-    return str(error)
+    logs = []
+    for dev in context.devices:
+        try:
+            # pyopencl's Program.get_build_info is unannotated (it forwards *args)
+            log = program.get_build_info(dev, cl.program_build_info.LOG).strip()  # type: ignore[no-untyped-call]
+        except cl.Error:
+            continue
+        if log:
+            logs.append(f"on {dev.name}:\n{log}")
+    return "\n".join(logs) if logs else str(error)
 
 
 def _numbered(source: str) -> str:
@@ -185,10 +177,8 @@ def _device_names() -> set[str]:
     return {gf.name for gf in _definitions.device_functions()}
 
 
-# One program per (context, source, build options, the user headers it includes): kernels
-# whose methods return the same source with the same options are built once. The options are
-# the methods' own (a KernelSource's) followed by the launch's. Kept weakly: a program lives while
-# a linked kernel uses it.
+# One program per (context, source, build options: the methods' then the launch's, the user
+# headers it includes), held weakly: a program lives while a linked kernel uses it.
 _programs: weakref.WeakKeyDictionary[
     cl.Context, weakref.WeakValueDictionary[tuple[str, tuple[str, ...], tuple[str, str]], _Built]
 ] = weakref.WeakKeyDictionary()
@@ -199,10 +189,9 @@ _ARG_INFO = "-cl-kernel-arg-info"
 
 
 def _build_options_for(options: tuple[str, ...], context: cl.Context) -> tuple[str, ...]:
-    """The options a program is built with: ``-I`` directories made absolute (pyopencl and
-    the device compiler would resolve a relative one against whatever directory they run
-    in), and ``-cl-kernel-arg-info`` where every device of the context takes it (OpenCL
-    1.2 and later), for :func:`_check_params`."""
+    """The options a program is built with: ``-I`` directories made absolute (else resolved
+    against whatever directory the compiler runs in), and ``-cl-kernel-arg-info`` where every
+    device takes it (OpenCL 1.2+), for :func:`_check_params`."""
     out: list[str] = []
     it = iter(options)
     for o in it:
@@ -224,10 +213,9 @@ def _opencl_version(device: cl.Device) -> tuple[int, int]:
 
 
 def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
-    """What the user headers ``source`` includes hold (SPEC 3): the contents of each file
-    it includes from the ``-I`` directories and the current directory, recursively. PoCL
-    searches the current directory first (it adds ``-I.``); other compilers may search it
-    last or not at all: both orders are keyed, so a header found either way counts."""
+    """What the user headers ``source`` includes hold (SPEC 3), from the ``-I`` directories
+    and the current directory, which PoCL searches first (``-I.``) and others last or not at
+    all: both orders are keyed."""
     dirs = includes.include_dirs(build)
     cwd = os.getcwd()
     return (

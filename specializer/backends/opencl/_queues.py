@@ -65,15 +65,10 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
 
 
 class _ContextKey:
-    """What lookups key on for one context: compared by identity, holding the context only
-    weakly (through the queues it was seen with), so no cache keeps a context the user
-    dropped alive. ``key`` is the lookup key without build options.
-
-    Each queue keeps its context's key in its own ``__dict__`` (see :func:`_table`), and the
-    key learns when each queue's context object dies (a queue's ``context`` lives with the
-    queue); when the last one it saw has, the context is forgotten: what was linked for it,
-    and the lookup results keyed by it, are dropped (:func:`_forget`). A later queue of a
-    context still alive gets a new key (and links again)."""
+    """What lookups key on for one context: compared by identity, holding the context weakly
+    (through the context objects of the queues it was seen with, each queue keeping the key
+    in its ``__dict__``); when the last of those dies the context is forgotten
+    (:func:`_forget`), and a later queue of it gets a new key. ``key``: without build options."""
 
     __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
 
@@ -81,9 +76,8 @@ class _ContextKey:
         self.ptr = context.int_ptr
         self.name = repr(context)
         self.key = (self, ())
-        self.refs: dict[
-            int, weakref.ref[cl.Context]
-        ] = {}  # id -> a weak reference to a context object
+        #: id -> a weak reference to a context object
+        self.refs: dict[int, weakref.ref[cl.Context]] = {}
 
     def context(self) -> cl.Context | None:
         """A live object of the context (None once every queue it was seen with is gone)."""
@@ -102,9 +96,8 @@ class _ContextKey:
         return f"<context key of {self.name}>"
 
 
-# Per live context (by its cl_context address: a context that is alive keeps its address)
-# its key. Queues are not weakly referenceable, so the library keeps no table of queues:
-# what it keeps for a queue lives in the queue's own __dict__, and goes with it.
+# Each live context's key, by its cl_context address. Queues take no weak references, so what
+# is kept for a queue lives in its own __dict__, and goes with it.
 _context_keys: dict[int, _ContextKey] = {}
 _keys_lock = new_lock(reentrant=False)
 _TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
@@ -130,10 +123,9 @@ def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
 
 
 def _release(ck: _ContextKey, ref_id: int) -> None:
-    """A queue the context key was seen with is gone; when it was the last, so is the
-    context for this library. Runs from the garbage collector in any thread: no lock (each
-    step is one atomic dict operation; a race can only forget a context still in use,
-    which then links again under a new key)."""
+    """A queue the context key was seen with is gone; when it was the last, so is the context.
+    From the garbage collector in any thread: no lock (each step is one atomic dict operation;
+    a race can only forget a context still in use, which then links again under a new key)."""
     ck.refs.pop(ref_id, None)
     if not ck.refs:
         if _context_keys.get(ck.ptr) is ck:
@@ -142,7 +134,6 @@ def _release(ck: _ContextKey, ref_id: int) -> None:
 
 
 def _forget(ck: _ContextKey) -> None:
-    """A context is gone: what was built and linked for it goes too, with the kernel
-    objects of each linked kernel's pool (they refer to it)."""
+    """A context is gone: what was built and linked for it goes, with the pools' kernel objects."""
     for linked in launching.forget(ck):
         linked.pool.clear()  # a launch still running with it takes a new kernel object
