@@ -36,7 +36,7 @@ from .locks import new_lock
 from .methods import MethodError
 from .suggest import unknown_keywords
 from .types import WEAK, type_name
-from .where_tables import _TOKEN, _keep, _token, forget, table_in
+from .where_tables import _TOKEN, _keep, forget, table_in
 
 __all__ = ["NOTHING", "REQUIRED", "HostKernel", "Launcher", "forget", "signature", "table_in"]
 
@@ -438,16 +438,18 @@ class Launcher:
                 return
             lifted = tuple(kw.pop(k, NOTHING) for k in self.lifted)
             table = self.where_table(where)
-            # chained to the entry it replaces (front_entries: CHAIN, alternates); a where
-            # table keys kernels by their token, each dropped when it goes (_keep)
-            prev = table.get(_token(F)) if table is not None else getattr(F, self.front_attr, None)
+            # chained to the kernel's newest entry where that is for this where and world
+            # (front_entries: CHAIN, alternates)
+            prev = getattr(F, self.front_attr, None)
             prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
-            entry = new_entry(front, prev, weakref.ref(F), self.other, w, where, kw, lifted)
+            F_ref = weakref.ref(F)
+            entry = new_entry(front, prev, F_ref, self.other, w, where, kw, lifted)
             # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
             # that reading it through an instance does not bind the instance to it.
             held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
-            if table is not None:  # kept by the where itself: gone with it
-                _keep(table, F, held)
+            if table is not None:  # what makes the entry again, without the where (which a
+                # table must not hold: a where's table may live beside it, not in it)
+                _keep(table, F, (front, w, kw, F_ref, lifted))
             setattr(F, self.front_attr, held)
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
@@ -463,18 +465,21 @@ class Launcher:
         return None if d is None or name is None else table_in(d, name, make)
 
     def _make_other(self) -> Callable[[Any, Any], Any]:
-        """``other(F, where)``: the front entry ``F`` was published for ``where`` (not its
-        newest), or None; what a front entry calls when a launch comes for another where.
-        The entry found becomes the kernel's newest (so the newest is of the where launched
-        on last, and a where the user dropped is not held by it after a launch elsewhere)."""
-        attr, table_of = self.front_attr, self.where_table
+        """``other(F, where)``: a front entry of ``F`` for ``where`` made again from what the
+        where's table keeps (the entry's maker and what it was bound to, but the where),
+        or None; what a front entry calls when a launch comes for another where. It becomes
+        the kernel's newest (so the newest is of the where launched on last, and a where the
+        user dropped is not held by it after a launch elsewhere)."""
+        attr, table_of, instance = self.front_attr, self.where_table, staticmethod
 
         def other(F: Any, where: Any) -> Any:
             try:
-                entry = table_of(where, False)[F._specializer_token]  # type: ignore[index]
+                front, w, kw, F_ref, lifted = table_of(where, False)[F._specializer_token]  # type: ignore[index]
             except (KeyError, TypeError, AttributeError):  # no table, or never kept in one
                 return None
-            setattr(F, attr, entry)
+            entry = front(w, where, kw, F_ref, other, None, *lifted)  # (new_entry's, unchained)
+            entry.chain, entry.alternates = (w, where, kw, lifted, 0), ()
+            setattr(F, attr, entry if isinstance(F, Kernel) else instance(entry))
             return entry
 
         return other

@@ -394,3 +394,64 @@ def test_a_where_table_drops_what_it_kept_for_a_kernel_once_the_kernel_is_gone()
     del kernels[:2]
     gc.collect()
     assert [t for t in tokens if t in table] == [tokens[2]] and "key" in table
+
+
+# -- SPEC 10: nothing is written into a pyopencl queue; its tables go with it ---------------
+
+
+def test_launches_on_queues_write_nothing_into_them_and_keep_hitting():
+    from specializer.backends.opencl import _queues
+
+    q1 = cl.default_queue()
+    q2 = pyopencl.CommandQueue(q1.context)
+    x1, x2 = cla.zeros(q1, 4, np.float32), cla.zeros(q2, 4, np.float32)
+
+    @cl.kernel
+    def on_two_queues(x: F32) -> str:
+        return "__kernel void on_two_queues(__global float *x) { x[get_global_id(0)] += 1; }"
+
+    hk = cl.clfunction(on_two_queues, (F32,))
+    hk(x2, global_size=4, queue=q2)
+    for _ in range(2):  # the misses: one per queue
+        cl.launch(on_two_queues, x1, global_size=4)
+        cl.launch(on_two_queues, x2, global_size=4, queue=q2)
+    misses = cl._launcher.misses
+    for _ in range(5):  # each queue's entry made again from its table: no miss
+        cl.launch(on_two_queues, x1, global_size=4)
+        cl.launch(on_two_queues, x2, global_size=4, queue=q2)
+    assert cl._launcher.misses == misses
+    q1.finish()
+    q2.finish()
+    assert x1.get().tolist() == [7.0] * 4 and x2.get().tolist() == [8.0] * 4
+    for q in (q1, q2):  # pyopencl's own caches only
+        assert all(name.startswith(("_info_cache_", "_memoize_")) for name in q.__dict__), (
+            q.__dict__
+        )
+    # each queue's tables are the library's, and keep no queue: a dropped queue's go
+    assert cl._launcher.where_table(q2, False) is not None
+    cl.launch(on_two_queues, x1, global_size=4)  # the newest entry is q1's again (no miss)
+    n = len(_queues._queue_tables)
+    context_object = weakref.ref(q2.context)
+    del q, q2, x2, hk
+    gc.collect()
+    assert context_object() is None  # the queue was freed
+    assert len(_queues._queue_tables) == n - 1
+    cl.launch(on_two_queues, x1, global_size=4)  # and still hits
+    assert cl._launcher.misses == misses
+    q1.finish()
+    assert x1.get().tolist() == [9.0] * 4
+
+
+def test_a_queue_whose_id_was_another_queues_gets_tables_of_its_own():
+    from specializer.backends.opencl import _queues
+
+    q1 = cl.default_queue()
+    q2 = pyopencl.CommandQueue(q1.context)
+    mine = cl._launcher.where_table(q2)
+    assert mine is not None and cl._launcher.where_table(q2, False) is mine
+    # what a dead queue of the same id would have left: tables tied to another context object
+    other_context = pyopencl.CommandQueue(q1.context).context
+    _queues._queue_tables[id(q2)] = _queues._QueueTables(id(q2), other_context)
+    assert cl._launcher.where_table(q2, False) is None
+    fresh = cl._launcher.where_table(q2)
+    assert fresh is not None and fresh is not mine

@@ -37,7 +37,7 @@ from ._program import (
     _nothing,
     _size_error,
 )
-from ._queues import _TABLE, _ContextKey, _default_queue, _key, default_queue
+from ._queues import _ContextKey, _default_queue, _key, default_queue, queue_tables
 from ._sizes import _sizes
 
 BACKEND = OpenCLBackend()
@@ -130,7 +130,6 @@ class _OpenCLLauncher(launching.Launcher):
     lifted = compiler_kwargs = COMPILER_KWARGS
     compiler_help = _COMPILER_HELP
     where_name = "queue"
-    where_attr = _TABLE
     front_attr = "_opencl_front"
     V = LinkedKernel
     host_class = HostKernel
@@ -160,6 +159,12 @@ class _OpenCLLauncher(launching.Launcher):
 
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
+
+    def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
+        # A queue is pyopencl's: nothing is written into it; its tables are the library's,
+        # found by the queue and gone with it (_queues.queue_tables)
+        tables = queue_tables(where, make)
+        return None if tables is None else launching.table_in(tables, self.front_attr, make)
 
     def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
         key = _key(where)

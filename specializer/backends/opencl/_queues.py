@@ -4,7 +4,9 @@ kept in each queue's table.
 
 from __future__ import annotations
 
+import functools
 import weakref
+from typing import Any
 
 import pyopencl as cl
 
@@ -66,9 +68,10 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
 
 class _ContextKey:
     """What lookups key on for one context: compared by identity, holding the context weakly
-    (through the context objects of the queues it was seen with, each queue keeping the key
-    in its ``__dict__``); when the last of those dies the context is forgotten
-    (:func:`_forget`), and a later queue of it gets a new key. ``key``: without build options."""
+    (through the context objects of the queues it was seen with: pyopencl gives each queue
+    one of its own, which lives as long as the queue); when the last of those dies the
+    context is forgotten (:func:`_forget`), and a later queue of it gets a new key. ``key``:
+    without build options."""
 
     __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
 
@@ -76,7 +79,7 @@ class _ContextKey:
         self.ptr = context.int_ptr
         self.name = repr(context)
         self.key = (self, ())
-        #: id -> a weak reference to a context object
+        #: id of a context object -> a weak reference to it
         self.refs: dict[int, weakref.ref[cl.Context]] = {}
 
     def context(self) -> cl.Context | None:
@@ -88,45 +91,83 @@ class _ContextKey:
         return None
 
     def watch(self, context: cl.Context) -> None:
-        ref = weakref.ref(context)
-        self.refs[id(ref)] = ref
-        weakref.finalize(context, _release, self, id(ref))
+        """Hold ``context`` (a queue's context object) weakly, once: its death is told to
+        :func:`_release`, which runs before the object's id can be another's."""
+        ref = self.refs.get(id(context))
+        if ref is None or ref() is not context:
+            self.refs[id(context)] = weakref.ref(context)
+            weakref.finalize(context, _release, self, id(context))
 
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
 
 
-# Each live context's key, by its cl_context address. Queues take no weak references, so what
-# is kept for a queue lives in its own __dict__, and goes with it.
+class _QueueTables:
+    """What the library keeps for one queue: the where tables of its launchers (by their
+    front attribute). A queue takes no weak reference and the library writes nothing into
+    it, so this is found by the queue's id and tied to the queue's own context object
+    (``owner``, weakly; it lives as long as the queue): a later queue with the same id has
+    another context object and gets tables of its own."""
+
+    __slots__ = ("__weakref__", "owner", "tables")
+
+    def __init__(self, key: int, context: cl.Context) -> None:
+        self.tables: dict[str, dict[object, object]] = {}
+        self.owner = weakref.ref(context, functools.partial(_drop_tables, key, weakref.ref(self)))
+
+
+def _drop_tables(key: int, tables: weakref.ref[_QueueTables], _: object) -> None:
+    # the queue's context object died (so did the queue): from the collector, no lock; a
+    # race with a new queue of that id can only drop the new one's tables (they fill again)
+    if _queue_tables.get(key) is tables():
+        _queue_tables.pop(key, None)
+
+
+# Each live context's key, by its cl_context address; each live queue's tables, by its id.
 _context_keys: dict[int, _ContextKey] = {}
+_queue_tables: dict[int, _QueueTables] = {}
 _keys_lock = new_lock(reentrant=False)
-_TABLE = "_specializer"  # the attribute of a queue that holds what is kept for it
+
+
+def queue_tables(queue: Any, make: bool) -> dict[str, dict[object, object]] | None:
+    """The where tables kept for ``queue`` (made on first use when ``make``), or None."""
+    t = _queue_tables.get(id(queue))
+    try:
+        context = queue.context  # the queue's own object: a dead queue's id gives another
+    except AttributeError:  # not a queue
+        return None
+    if t is None or t.owner() is not context:
+        if not make or not isinstance(queue, cl.CommandQueue):
+            return None
+        with _keys_lock():
+            t = _queue_tables.get(id(queue))
+            if t is None or t.owner() is not context:
+                t = _queue_tables[id(queue)] = _QueueTables(id(queue), context)
+    return t.tables
 
 
 def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
     """(the queue's context key, no build options)."""
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    t = _launcher.where_table(queue)  # in the queue's own __dict__: it goes with the queue
-    if t is None:  # (where_table is None only for a where without a __dict__)
-        raise TypeError(f"queue {queue!r} has no __dict__ to keep its context key in")
-    key: tuple[_ContextKey, tuple[str, ...]] | None = t.get("key")
-    if key is None:
-        ctx = queue.context  # the queue's own context object: it dies with the queue
+    ctx = queue.context  # the queue's own context object: it dies with the queue
+    ck = _context_keys.get(ctx.int_ptr)
+    ref = None if ck is None else ck.refs.get(id(ctx))
+    if ref is None or ref() is not ctx:
         with _keys_lock():
             ck = _context_keys.get(ctx.int_ptr)
             if ck is None:
                 ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)
             ck.watch(ctx)
-            key = t.setdefault("key", ck.key)
-    return key
+    assert ck is not None
+    return ck.key
 
 
-def _release(ck: _ContextKey, ref_id: int) -> None:
+def _release(ck: _ContextKey, ctx_id: int) -> None:
     """A queue the context key was seen with is gone; when it was the last, so is the context.
     From the garbage collector in any thread: no lock (each step is one atomic dict operation;
     a race can only forget a context still in use, which then links again under a new key)."""
-    ck.refs.pop(ref_id, None)
+    ck.refs.pop(ctx_id, None)
     if not ck.refs:
         if _context_keys.get(ck.ptr) is ck:
             _context_keys.pop(ck.ptr, None)
