@@ -110,3 +110,19 @@ def test_pyopencl_no_cache_flag_still_turns_its_caches_off_after_its_import(
         f"_PYOPENCL_NO_CACHE (a Kernel with no home failed: {done.stderr[-800:]})"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_queue_has_a_context_object_of_its_own_that_lives_as_long_as_it():
+    # What the OpenCL back-end ties a queue's where tables and context key to (_queues): not
+    # an attribute it reads, but pyopencl's caching of `queue.context` (one object per queue).
+    import gc
+    import weakref
+
+    q1 = cl.default_queue()
+    q2 = pyopencl.CommandQueue(q1.context)
+    assert q2.context is q2.context, _changed("CommandQueue.context (no longer one per queue)")
+    assert q2.context is not q1.context, _changed("CommandQueue.context (shared by queues)")
+    ref = weakref.ref(q2.context)
+    del q2
+    gc.collect()
+    assert ref() is None, _changed("CommandQueue.context (it outlives its queue)")
