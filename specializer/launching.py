@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import types
 import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
@@ -35,38 +36,84 @@ from .suggest import unknown_keywords
 from .types import WEAK, type_name
 from .where_tables import _TOKEN, _keep, _token, forget, table_in
 
-__all__ = ["NOTHING", "REQUIRED", "HostKernel", "Launcher", "forget", "signature", "table_in"]
+__all__ = [
+    "NOTHING",
+    "REQUIRED",
+    "DeviceUse",
+    "HostKernel",
+    "HostKernelType",
+    "Launcher",
+    "forget",
+    "signature",
+    "table_in",
+]
 
 
-class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the call's result
+class HostKernelType(type):
+    """The class of every HostKernel class: ``isinstance(hk, cls)`` holds for the HostKernels
+    that ``cls`` (or a subclass) made, each a bound method of its generated call whose
+    ``__self__`` is an instance of ``cls``. Each HostKernel class gets, when it is made, its
+    back-end's record of device use (:class:`DeviceUse`)."""
+
+    device_use: DeviceUse
+
+    def __init__(cls, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        cls.device_use = DeviceUse()
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        if obj.__class__ is types.MethodType:
+            obj = obj.__self__
+        return type.__instancecheck__(cls, obj)
+
+
+class DeviceUse:
+    """A back-end's record of device use in this process (Launcher.check_fork): ``pid``, the
+    process that used the device (None: none yet), and ``fork``, the one cell every HostKernel
+    call of the back-end reads: ``[None]``, or in a fork of that process ``[the fork check]``,
+    stored by the fork handler (one store; no class is patched)."""
+
+    __slots__ = ("fork", "pid")
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.fork: list[Callable[[], None] | None] = [None]
+
+
+class HostKernel(metaclass=HostKernelType):
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
-    It is a ``functools.partial`` of its signature's generated call, a closure over its kernel
-    and where that binds no arguments: CPython 3.12 and later call a subclass of partial that
-    does not define ``__call__`` through the vectorcall protocol, one Python call. On 3.10 and
-    3.11 a class statement does not give a subclass that path, and each call builds and
-    unpacks an argument tuple and a keyword dict (about 1,200 instructions more); that is the
-    price of not writing into the type object. ``f`` is the live kernel or kernel instance
-    (whose captured values come first on every call), ``linked`` the lookup's result.
+    What a lookup returns is its generated call, one Python function of its own, bound as a
+    method to an instance of this class: a call costs one frame before the signature's
+    entry, and ``isinstance(hk, HostKernel)`` holds (through :class:`HostKernelType`). Its
+    attributes are plain values, read through the call: ``f``, the live kernel or kernel
+    instance (whose captured values come first on every call), ``tt``, ``linked``, the
+    lookup's result, and ``where``; a back-end's subclass sets more in ``__init__``. It runs
+    the lookup it was made from in any world (SPEC 7), and cannot be pickled.
     """
 
     f: Any
     tt: tuple[type, ...]
     linked: Any
     where: Any
-    #: the process that used the back-end's device (set on the class: Launcher.check_fork)
-    _device_user: ClassVar[int]
 
-    def __new__(
-        cls, call: Callable[..., Any], f: Any, where: Any, tt: tuple[type, ...], linked: Any
-    ) -> HostKernel:
-        self = super().__new__(cls, call)
+    def __init__(self, f: Any, where: Any, tt: tuple[type, ...], linked: Any) -> None:
         self.f = f
         self.tt = tt
         self.linked = linked
         self.where = where
-        return self
+
+    @classmethod
+    def new(
+        cls, call: Callable[..., Any], f: Any, where: Any, tt: tuple[type, ...], linked: Any
+    ) -> Any:
+        """The HostKernel of ``call`` (a signature's generated call, made for it alone): the
+        call bound to a new instance, whose attributes it carries."""
+        made = cls(f, where, tt, linked)
+        call.__dict__.update(made.__dict__)  # read through the bound method
+        call.__name__ = call.__qualname__ = getattr(linked, "name", call.__name__)
+        return types.MethodType(call, made)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {signature(self.linked.name, self.tt)} of {self.f!r}>"
@@ -248,9 +295,10 @@ class Launcher:
 
     def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
         """``(run, front, host, where_of)`` of lookup types ``tt`` for ``linked`` (made once):
-        the slow path's launch, the maker of front entries, the maker of a HostKernel's call
-        (``host(f, where)``), and what
-        the `where` block gives for given launch options."""
+        the slow path's launch (``run(f, args, *options)``), the maker of front entries, the
+        maker of a HostKernel's call (``host(f, where)``), and what the `where` block gives
+        for given launch options. All but ``where_of`` are bindings of the signature's one
+        generated entry (``bind``, ``templates/entry.py.j2``)."""
         instance = not isinstance(F, Kernel)
         # keyed on this launcher too: what it holds calls this launcher's miss and reads its
         # globals (a linked kernel is shared by the launchers over one definitions)
@@ -259,8 +307,21 @@ class Launcher:
         if b is None:
             captured = _captured(F)
             factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
+            bind, host, where_of = factory(
+                linked,
+                functools.partial(self.mismatch, linked),
+                self.unknown,
+                self.host_class.device_use.fork,
+            )
+            nothing = (NOTHING,) * len(self.lifted)
+            # the slow path's binding checks nothing but the arguments' count
+            slow = bind(None, None, None, None, None, None, None, *nothing)
+
+            def run(f: Any, args: tuple[Any, ...], *opts: Any) -> Any:
+                return slow(f, args, *opts, *nothing, {})
+
             b = linked.bound.setdefault(
-                ident, factory(linked, self.miss, self.mismatch, self.unknown)
+                ident, (run, functools.partial(bind, self.miss), host, where_of)
             )
         bound: tuple[Callable[..., Any], ...] = b
         return bound
@@ -296,6 +357,7 @@ class Launcher:
             "_TASK": _world.task_cell,
             "_ndarray": np.ndarray,
             "_REQUIRED": REQUIRED,
+            "_NOTHING": NOTHING,
             **namespace,
         }
         for i, t in enumerate(full[ncaptured:], ncaptured):
@@ -366,7 +428,7 @@ class Launcher:
         run, front, _, where_of = self.bound(linked, tt, F)
         if self._recognized(where, given, where_of):
             self._publish(F, w, where, kw, front)
-        return run(args if F is f else f.values + args, *opts)
+        return run(f, args, *opts)
 
     @property
     def misses(self) -> int:
@@ -459,14 +521,17 @@ class Launcher:
 
         return other
 
-    def mismatch(self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
+    def mismatch(
+        self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: Any
+    ) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have its types
-        after all (a numpy scalar subclass, an equal dtype), else say which types it takes."""
+        after all (a numpy scalar subclass, an equal dtype), else say which types it takes.
+        ``opts``: the launch options, then the lifted compiler kwargs (not given)."""
         F = self.definitions.kernel_type(f)
         tt = self.argtypes(args, F)
         b = linked.bound.get((self.front_attr, tt, F is not f))
         if b is not None:
-            return b[0](args if F is f else f.values + args, *opts)
+            return b[0](f, args, *opts[: len(self.options)])
         raise TypeError(
             f"a HostKernel of {signature(linked.name, linked.tt)} was called with arguments of "
             f"types ({', '.join(map(type_name, tt))}), not the types it was looked up for; look "
@@ -495,32 +560,23 @@ class Launcher:
         core calls it on a miss and a lookup (a fork has a world of its own, so its front
         entries miss), a back-end from each of its queue, context and array helpers. A fork
         of a process that never used the device may, and is then the one that uses it. The
-        record is the ``host_class``'s (its ``_device_user``), which a fork's child patches:
-        launchers of one back-end (one HostKernel class) share it, as they share the device."""
+        record is the ``host_class``'s (:class:`DeviceUse`): launchers of one back-end (one
+        HostKernel class) share it, as they share the device."""
         pid = os.getpid()
-        cls = self.host_class
-        user = cls.__dict__.get("_device_user")  # this class's own, not a base class's
-        if user is None:
-            cls._device_user = pid
+        use = self.host_class.device_use
+        if use.pid is None:
+            use.pid = pid
             if hasattr(os, "register_at_fork"):  # (twice if two threads get here: harmless)
                 os.register_at_fork(after_in_child=self._refuse_host_kernels)
-        elif user != pid:
+        elif use.pid != pid:
             _world.check_fork(f"specializer's {self.name} back-end")
 
     def _refuse_host_kernels(self) -> None:
         """In a fork of this back-end's user: every HostKernel here is the parent's, and its
-        call (which checks nothing) now raises the fork error. Until then the class has no
-        ``__call__``: CPython calls it as a partial, and no check costs a call anything
-        (3.12 and later drop the vectorcall path of a class whose ``__call__`` is set).
-        A ``host_class`` shared by two back-ends would share their record too: each back-end
-        here has its own."""
-        check = self.check_fork
-
-        def call_in_fork(hk: HostKernel, *args: Any, **kwargs: Any) -> Any:
-            check()  # raises: this process is a fork of the user
-            return functools.partial.__call__(hk, *args, **kwargs)
-
-        self.host_class.__call__ = call_in_fork  # type: ignore[method-assign, assignment]
+        call now raises the fork error. One store into the cell each call reads (``fork[0]``:
+        None until then), nothing patched. A ``host_class`` shared by two back-ends would
+        share their record too: each back-end here has its own."""
+        self.host_class.device_use.fork[0] = self.check_fork
 
     def unknown(self, kw: dict[str, Any]) -> None:
         """A HostKernel call given keywords that are not launch options: say which are."""
@@ -552,7 +608,9 @@ class Launcher:
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))
         self.check_fork()  # again: a compile hook of the lookup may have forked
-        return self.host_class(self.bound(linked, tt, F)[2](f, where), f, where, tt, linked)
+        call = self.bound(linked, tt, F)[2](f, where)
+        hk: HostKernel = self.host_class.new(call, f, where, tt, linked)
+        return hk
 
     def resolve_where(self, where_opt: Any) -> Any:
         """The where a lookup given ``where_opt`` (None: the default) is for."""

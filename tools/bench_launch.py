@@ -504,7 +504,7 @@ def _py_setup() -> dict[str, Variant]:
     variants[EMPTY] = Variant(empty_loop, lambda: 0, 0)
 
     # in the world after the last definition, as the front entries are after a launch
-    one_frame = _one_frame(fn_one, py.function(k_one, tt).func.__globals__)
+    one_frame = _one_frame(fn_one, py.function(k_one, tt).__func__.__globals__)
 
     def one_frame_loop(n):
         for _ in range(n):
