@@ -10,19 +10,20 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(
         # of the lookup it holds and weakly to its kernel or kernel instance type (_F: a
         # where's table keeps entries, not kernels): a launch for another where goes to the
         # kernel's entry there (_other), arguments of other types to _next, the entry this
-        # one replaced (None: none), anything else to miss. With _w None it checks none of
-        # that: a HostKernel's (miss: its mismatch) and the slow path's (miss None). What
-        # only those paths use is one tuple, _cold: CPython copies each variable a closure
-        # reads into its frame on every call.
+        # one replaced (None: none), anything else to miss. With _w None and _where _NOTHING
+        # (no where) it goes on at once (a front entry pays no test for it): a HostKernel's
+        # binding (miss: its mismatch) and the slow path's (miss None). What only those paths
+        # use is one tuple, _cold: CPython copies each variable a closure reads into its
+        # frame on every call.
         _cold = (miss, _other, _next)
 
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
-            if _w is not None and (
-                _w != _TASK()[0]
-                or where is not _where
+            if (
+                where is not _where
+                or _w != _TASK()[0]
                 or (kw or _kw) and kw != _kw
-            ):
+            ) and _w is not None:  # (None: a HostKernel's or the slow path's: they go on)
                 miss_, other_, _ = _cold
                 if where is not _where:  # the kernel's entry for that where, if it has one
                     e = other_(f, where)
@@ -92,7 +93,7 @@ def cuda_entry_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(
     def host(f, where):
         # A HostKernel's call, bound to its kernel (or kernel instance) and where: an entry
         # that runs the lookup it was made from, whatever the world or the default where.
-        entry = bind(mismatch, None, where, None, None, None, None)
+        entry = bind(mismatch, None, _NOTHING, None, None, None, None)
 
         def call(
             _hk, *args, grid=_REQUIRED, block=_REQUIRED, stream=None, shared_mem=0,

@@ -1,4 +1,8 @@
 # Generated from templates/opencl_entry.py.j2 by tools/regen_generated.py; do not edit.
+# the fields of a pool record (LinkedKernel.new_record)
+(SET_ARG, SET_BUF, KERNEL, LAST0, LAST1, SIZE) = range(6)
+
+
 def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(
     linked, mismatch, unknown, fork
 ):
@@ -7,29 +11,28 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(
     _give = linked.pool.append
     _new = linked.new_record
     _ctx = linked.context_ptr
-    # the fields of a pool record
-    (SET_ARG, SET_BUF, KERNEL, LAST0, LAST1, SIZE) = range(6)
 
     def bind(miss, _w, _where, _kw, _F, _other, _next, _options):
         # The entry, bound as a kernel's front entry to the world, where and compiler kwargs
         # of the lookup it holds and weakly to its kernel or kernel instance type (_F: a
         # where's table keeps entries, not kernels): a launch for another where goes to the
         # kernel's entry there (_other), arguments of other types to _next, the entry this
-        # one replaced (None: none), anything else to miss. With _w None it checks none of
-        # that: a HostKernel's (miss: its mismatch) and the slow path's (miss None). What
-        # only those paths use is one tuple, _cold: CPython copies each variable a closure
-        # reads into its frame on every call.
+        # one replaced (None: none), anything else to miss. With _w None and _where _NOTHING
+        # (no where) it goes on at once (a front entry pays no test for it): a HostKernel's
+        # binding (miss: its mismatch) and the slow path's (miss None). What only those paths
+        # use is one tuple, _cold: CPython copies each variable a closure reads into its
+        # frame on every call.
         _cold = (miss, _other, _next)
 
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _default_queue[0]
-            if _w is not None and (
-                _w != _TASK()[0]
-                or queue is not _where
+            if (
+                queue is not _where
+                or _w != _TASK()[0]
                 or kw
                 or options is not _options and options != _options
-            ):
+            ) and _w is not None:  # (None: a HostKernel's or the slow path's: they go on)
                 miss_, other_, _ = _cold
                 if queue is not _where:  # the kernel's entry for that where, if it has one
                     e = other_(f, queue)
@@ -110,7 +113,7 @@ def opencl_entry_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(
     def host(f, where):
         # A HostKernel's call, bound to its kernel (or kernel instance) and where: an entry
         # that runs the lookup it was made from, whatever the world or the default where.
-        entry = bind(mismatch, None, where, None, None, None, None, _NOTHING)
+        entry = bind(mismatch, None, _NOTHING, None, None, None, None, _NOTHING)
 
         def call(
             _hk, *args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None,

@@ -136,6 +136,8 @@ CHAIN = 4
 #: how many times a miss asks a `where` block and ``resolve`` again, together, before it
 #: calls their disagreement the back-end's (see Launcher._recognized)
 _WHERE_TRIES = 8
+#: the longest name of a generated entry (its def line fits in 100 columns, numbered)
+_NAME_LIMIT = 88
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = _options.NOTHING
 #: the default of a "required" launch option in the generated signatures: a launch that
@@ -314,8 +316,8 @@ class Launcher:
                 self.host_class.device_use.fork,
             )
             nothing = (NOTHING,) * len(self.lifted)
-            # the slow path's binding checks nothing but the arguments' count
-            slow = bind(None, None, None, None, None, None, None, *nothing)
+            # the slow path's binding (no world, no where) checks nothing but the count
+            slow = bind(None, None, NOTHING, None, None, None, None, *nothing)
 
             def run(f: Any, args: tuple[Any, ...], *opts: Any) -> Any:
                 return slow(f, args, *opts, *nothing, {})
@@ -368,6 +370,8 @@ class Launcher:
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
+        # short enough that `def <name>(`, numbered (__<n>), fits in 100 columns
+        parts = (codegen.identifier(*parts, limit=_NAME_LIMIT),)
         return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
 
     def _params(

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 pytest.importorskip("cuda.bindings")
 
 import specializer
-from specializer import CompileError, compile_count, device_code_source
+from specializer import CompileError, compile_count, device_code_source, launching
 from specializer.backends import cuda
 from specializer.backends.cuda import _params
 
@@ -416,7 +416,9 @@ def with_driver(tt, launch, lookup_tt=None):
     shared_mem, stream, args)``."""
     factory = cuda._launch._launcher._factory(tt if lookup_tt is None else lookup_tt, tt, 0, False)
     bind = factory(Fun(tt), None, None, [None])[0]
-    run = bind(None, None, None, None, None, None, None)  # checks nothing but the count
+    run = bind(
+        None, None, launching.NOTHING, None, None, None, None
+    )  # checks nothing but the count
 
     def fn(grid, block, shared_mem, stream, args, cooperative=False):
         glb = factory.__globals__
@@ -2101,7 +2103,7 @@ def test_a_captured_array_and_a_launch_array_reach_the_driver_as_pointers_on_eve
         values = (cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32),)
 
     bind, host, _ = factory(Fun(tt), None, None, [None])
-    slow = bind(None, None, None, None, None, None, None)  # the slow path's binding
+    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from test_docs import DOCS, _blocks
 
+from specializer import launching
 from specializer.types import (
     describe_parameter,
     type_name,
@@ -177,7 +178,7 @@ def test_cuda_refuses_out_of_range_weak_values_before_the_driver_call():
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
     linked.bound = {}
     bind = factory(linked, None, None, [None])[0]
-    slow = bind(None, None, None, None, None, None, None)  # the slow path's binding
+    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
 
     def run(params, *opts):
         return slow(None, params, *opts, {})
@@ -303,7 +304,7 @@ def test_cuda_packs_a_float_types_printed_max_and_refuses_what_rounds_to_an_infi
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
     linked.bound = {}
     bind = factory(linked, None, None, [None])[0]
-    slow = bind(None, None, None, None, None, None, None)  # the slow path's binding
+    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
 
     def run(params, *opts):
         return slow(None, params, *opts, {})
