@@ -17,7 +17,7 @@ import os
 import types
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -114,6 +114,10 @@ class HostKernel(metaclass=HostKernelType):
         call.__dict__.update(made.__dict__)  # read through the bound method
         call.__name__ = call.__qualname__ = getattr(linked, "name", call.__name__)
         return types.MethodType(call, made)
+
+    if TYPE_CHECKING:  # what a HostKernel is to a type checker: its call
+
+        def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {signature(self.linked.name, self.tt)} of {self.f!r}>"
