@@ -1,75 +1,62 @@
 # Generated from templates/cuda_entry.py.j2 by tools/regen_generated.py; do not edit.
-def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
-    """Bind this signature's launch path to one linked kernel: ``(run, front, host, where_of)``."""
+def cuda_entry_Array_np_float32_np_float32(
+    linked, mismatch, unknown, fork
+):
+    """This signature's launch path for one linked kernel: ``(bind, host, where_of)``."""
     _function = linked.function
 
-    def run(params, grid, block, stream, shared_mem, cooperative, ):
-        # The slow path's launch: every argument was typed, captured values come first.
-        a0, a1, = params
-        if a0.__class__ is _own0:
-            a0 = a0.ptr
-        else:
-            a0 = _pointer(a0)
-        if grid.__class__ is int and grid > 0:
-            gx, gy, gz = grid, 1, 1
-        else:
-            gx, gy, gz = _dim3(grid, "grid")
-        if block.__class__ is int and block > 0:
-            bx, by, bz = block, 1, 1
-        else:
-            bx, by, bz = _dim3(block, "block")
-        s = _null if stream is None else _stream(stream)
-        try:
-            b = _take()
-        except IndexError:
-            b = _new()
-        try:
-            v = b.values
-            v.a0 = a0
-            v.a1 = a1
-            if cooperative:
-                _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
-                err = 0
-            else:
-                (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
-        finally:
-            _give(b)
-        if err:
-            _failed(err, linked, grid, block, shared_mem)
-
-
-    def front(_w, _where, _kw, _F, _other, _next):
-        # A kernel's front entry, bound to the world, where and compiler kwargs of the
-        # lookup it holds, and to its kernel or kernel instance type weakly (_F, a weak
-        # reference: a where's table keeps entries, and must not keep their kernels). Another
-        # where goes to the kernel's entry for that where (_other(F, where): its newest there,
-        # or None), which checks everything again; arguments of other types go to _next, the
-        # entry of the same world, where and kwargs this one replaced (None: none); anything
-        # else is a miss. What only those paths use is one tuple, _cold: CPython copies each
-        # variable a closure reads into its frame on every call.
+    def bind(miss, _w, _where, _kw, _F, _other, _next):
+        # The entry, bound as a kernel's front entry to the world, where and compiler kwargs
+        # of the lookup it holds and weakly to its kernel or kernel instance type (_F: a
+        # where's table keeps entries, not kernels): a launch for another where goes to the
+        # kernel's entry there (_other), arguments of other types to _next, the entry this
+        # one replaced (None: none), anything else to miss. With _w None and _where _NOTHING
+        # (no where) it goes on at once (a front entry pays no test for it): a HostKernel's
+        # binding (miss: its mismatch) and the slow path's (miss None). What only those paths
+        # use is one tuple, _cold: CPython copies each variable a closure reads into its
+        # frame on every call.
         _cold = (miss, _other, _next)
 
         def entry(f, args, grid, block, stream, shared_mem, cooperative, kw):
             where = _local.key
-            if _w != _TASK()[0] or where is not _where or (kw or _kw) and kw != _kw:
+            if (
+                where is not _where
+                or _w != _TASK()[0]
+                or (kw or _kw) and kw != _kw
+            ) and _w is not None:  # (None: a HostKernel's or the slow path's: they go on)
                 miss_, other_, _ = _cold
                 if where is not _where:  # the kernel's entry for that where, if it has one
                     e = other_(f, where)
                     if e is not None:
                         return e(f, args, grid, block, stream, shared_mem, cooperative, kw)
-                return miss_(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
+                return miss_(f, args, (grid, block, stream, shared_mem, cooperative), kw)
             try:
-                a0, a1, = args
-            except ValueError:
+                a0, a1 = args
+            except ValueError:  # another number of arguments: no guard takes _NOTHING
+                a0 = _NOTHING
+            if not (  # (args below, not what a guard may have rebound an argument to)
+                (  # a CuArray; a foreign array by its interface; one a reader in _R knows
+                    a0.__class__ is _C0 and (a0 := a0.ptr) is not None
+                    or a0.__class__ in _CAI
+                    and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0
+                    and d0.get("strides") is None
+                    and ("mask" not in d0 or d0["mask"] is None)
+                    and (a0 := d0["data"][0]) is not None
+                    or (r0 := _R.get(a0.__class__)) is not None
+                    and (a0 := r0(a0, _D0)) is not None
+                )
+                and a1.__class__ is _C1
+            ):
                 miss_, _, next_ = _cold
                 if next_ is not None:
                     return next_(f, args, grid, block, stream, shared_mem, cooperative, kw)
-                return miss_(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
-            if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):  # (args, not a guard's rebinding of an argument)
-                miss_, _, next_ = _cold
-                if next_ is not None:
-                    return next_(f, args, grid, block, stream, shared_mem, cooperative, kw)
-                return miss_(f, args, (grid, block, stream, shared_mem, cooperative, ), kw)
+                if miss_ is not None:
+                    return miss_(f, args, (grid, block, stream, shared_mem, cooperative), kw)
+                a0, a1 = args
+                if a0.__class__ is _own0:
+                    a0 = a0.ptr
+                else:
+                    a0 = _pointer(a0)
             if grid.__class__ is int and grid > 0:
                 gx, gy, gz = grid, 1, 1
             else:
@@ -100,53 +87,26 @@ def cuda_entry_Array_np_float32_np_float32(linked, miss, mismatch, unknown):
         return entry
 
     def host(f, where):
-        # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
-        # the HostKernel, a partial of it, binds no arguments, so a call need not join two
-        # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
-        def call(*args, grid=_REQUIRED, block=_REQUIRED, stream=None, shared_mem=0, cooperative=False, **kw):
-            # the arguments must have the types it was looked up for
+        # A HostKernel's call, bound to its kernel (or kernel instance) and where: an entry
+        # that runs the lookup it was made from, whatever the world or the default where.
+        entry = bind(mismatch, None, _NOTHING, None, None, None, None)
+
+        def call(
+            _hk, *args, grid=_REQUIRED, block=_REQUIRED, stream=None, shared_mem=0,
+            cooperative=False, **kw
+        ):
             if kw:
                 unknown(kw)
-            try:
-                a0, a1, = args
-            except ValueError:
-                return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-            if not ((a0.__class__ is _C0 and (a0 := a0.ptr) is not None or a0.__class__ in _CAI and (d0 := a0.__cuda_array_interface__)["typestr"] == _D0 and d0.get("strides") is None and ("mask" not in d0 or d0["mask"] is None) and (a0 := d0["data"][0]) is not None or (r0 := _R.get(a0.__class__)) is not None and (a0 := r0(a0, _D0)) is not None) and a1.__class__ is _C1):
-                return mismatch(linked, f, args, (grid, block, stream, shared_mem, cooperative, ))
-            if grid.__class__ is int and grid > 0:
-                gx, gy, gz = grid, 1, 1
-            else:
-                gx, gy, gz = _dim3(grid, "grid")
-            if block.__class__ is int and block > 0:
-                bx, by, bz = block, 1, 1
-            else:
-                bx, by, bz = _dim3(block, "block")
-            s = _null if stream is None else _stream(stream)
-            try:
-                b = _take()
-            except IndexError:
-                b = _new()
-            try:
-                v = b.values
-                v.a0 = a0
-                v.a1 = a1
-                if cooperative:
-                    _cooperative(linked, (gx, gy, gz), (bx, by, bz), shared_mem, s, b.address)
-                    err = 0
-                else:
-                    (err,) = _launch(_function, gx, gy, gz, bx, by, bz, shared_mem, s, b.address, 0)
-            finally:
-                _give(b)
-            if err:
-                _failed(err, linked, grid, block, shared_mem)
-
+            if fork[0] is not None:  # a fork of the process that used the device: refused
+                fork[0]()
+            return entry(f, args, grid, block, stream, shared_mem, cooperative, kw)
 
         return call
 
-    def where_of(grid, block, stream, shared_mem, cooperative, ):
+    def where_of(grid, block, stream, shared_mem, cooperative):
         # What the `where` block gives for these launch options: a miss checks that a
         # front entry published for them would recognize them (Launcher._publish).
         where = _local.key
         return where
 
-    return run, front, host, where_of
+    return bind, host, where_of

@@ -1,5 +1,7 @@
 # Generated from templates/lookup.py.j2 by tools/regen_generated.py; do not edit.
-def lookup_uncached_lookup_acc_Array_np_float32_float32_tuple_LinkedKernel(key, lookup, _task=None, _cell=None):
+def lookup_uncached_lookup_acc_Array_np_float32_float32_tuple_LinkedKernel(
+    key, lookup, _task=None, _cell=None
+):
     # The task's world, by value: the latest world, or None where the slow path decides
     # (the task is pinned, a compile hook is active, precompile output is on).
     w = _task()[0]

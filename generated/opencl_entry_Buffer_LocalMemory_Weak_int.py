@@ -1,100 +1,91 @@
 # Generated from templates/opencl_entry.py.j2 by tools/regen_generated.py; do not edit.
-def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
-    """Bind this signature's launch path to one linked kernel: ``(run, front, host, where_of)``."""
+# the fields of a pool record (LinkedKernel.new_record)
+(SET_ARG, SET_BUF, KERNEL, LAST0, LAST1, LAST2, SIZE) = range(7)
+
+
+def opencl_entry_Buffer_LocalMemory_Weak_int(
+    linked, mismatch, unknown, fork
+):
+    """This signature's launch path for one linked kernel: ``(bind, host, where_of)``."""
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
     _ctx = linked.context_ptr
 
-    def run(params, global_size, local_size, global_offset, wait_for, queue, ):
-        # The slow path's launch: every argument was typed, captured values come first.
-        a0, a1, a2, = params
-        if a2.__class__ is not _S2:  # a subclass: not recorded
-            a2 = _S2(a2)
-        try:
-            k = _take()
-        except IndexError:
-            k = _new()
-        t = k[6]  # the 1-tuple this record last made of an int size
-        if global_size is t[0] and local_size is None and global_offset is None:
-            global_size = t
-        elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-            global_size = k[6] = (global_size,)
-        else:
-            try:
-                global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-            except BaseException as e:
-                _give(k)
-                error = _size_error(linked, e)
-                if error is None:
-                    raise
-                raise error from None
-        try:
-            k[0](0, a0)
-            s1 = a1.size
-            if k[4] != s1:
-                k[4] = _nothing
-                k[0](1, a1)
-                k[4] = s1
-            if k[5] is not a2:
-                k[5] = _nothing
-                k[1](2, _pack2(a2))
-                k[5] = a2
-            return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
-        except _FAILURES as e:
-            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-            if error is None:
-                raise
-            raise error from None
-        finally:
-            _give(k)
-
-
-    def front(_w, _where, _kw, _F, _other, _next, _options):
-        # A kernel's front entry, bound to the world, where and compiler kwargs of the
-        # lookup it holds, and to its kernel or kernel instance type weakly (_F, a weak
-        # reference: a where's table keeps entries, and must not keep their kernels). Another
-        # where goes to the kernel's entry for that where (_other(F, where): its newest there,
-        # or None), which checks everything again; arguments of other types go to _next, the
-        # entry of the same world, where and kwargs this one replaced (None: none); anything
-        # else is a miss. What only those paths use is one tuple, _cold: CPython copies each
-        # variable a closure reads into its frame on every call.
+    def bind(miss, _w, _where, _kw, _F, _other, _next, _options):
+        # The entry, bound as a kernel's front entry to the world, where and compiler kwargs
+        # of the lookup it holds and weakly to its kernel or kernel instance type (_F: a
+        # where's table keeps entries, not kernels): a launch for another where goes to the
+        # kernel's entry there (_other), arguments of other types to _next, the entry this
+        # one replaced (None: none), anything else to miss. With _w None and _where _NOTHING
+        # (no where) it goes on at once (a front entry pays no test for it): a HostKernel's
+        # binding (miss: its mismatch) and the slow path's (miss None). What only those paths
+        # use is one tuple, _cold: CPython copies each variable a closure reads into its
+        # frame on every call.
         _cold = (miss, _other, _next)
 
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
             if queue is None:
                 queue = _default_queue[0]
-            if _w != _TASK()[0] or queue is not _where or kw or options is not _options and options != _options:
+            if (
+                queue is not _where
+                or _w != _TASK()[0]
+                or kw
+                or options is not _options and options != _options
+            ) and _w is not None:  # (None: a HostKernel's or the slow path's: they go on)
                 miss_, other_, _ = _cold
                 if queue is not _where:  # the kernel's entry for that where, if it has one
                     e = other_(f, queue)
                     if e is not None:
-                        return e(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
-                return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
+                        return e(
+                            f, args, global_size, local_size, global_offset, wait_for, queue,
+                            options, kw
+                        )
+                return miss_(
+                    f, args, (global_size, local_size, global_offset, wait_for, queue, options), kw
+                )
             try:
-                a0, a1, a2, = args
-            except ValueError:
+                a0, a1, a2 = args
+            except ValueError:  # another number of arguments: no guard takes _NOTHING
+                a0 = _NOTHING
+            if not (  # (args below, not what a guard may have rebound an argument to)
+                a0.__class__ is _C0
+                and a1.__class__ is _C1
+                and a2.__class__ is _C2
+            ):
                 miss_, _, next_ = _cold
                 if next_ is not None:
-                    return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
-                return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
-            if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):  # (args, not a guard's rebinding of an argument)
-                miss_, _, next_ = _cold
-                if next_ is not None:
-                    return next_(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw)
-                return miss_(f, args, (global_size, local_size, global_offset, wait_for, queue, options, ), kw)
+                    return next_(
+                        f, args, global_size, local_size, global_offset, wait_for, queue, options,
+                        kw
+                    )
+                if miss_ is not None:
+                    return miss_(
+                        f, args, (global_size, local_size, global_offset, wait_for, queue, options),
+                        kw
+                    )
+                a0, a1, a2 = args
+                if a2.__class__ is not _S2:  # a subclass: not recorded
+                    a2 = _S2(a2)
             try:
                 k = _take()
             except IndexError:
                 k = _new()
-            t = k[6]  # the 1-tuple this record last made of an int size
-            if global_size is t[0] and local_size is None and global_offset is None:
-                global_size = t
-            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = k[6] = (global_size,)
+            (set_arg, set_buf, kernel, last0, last1, last2, size) = k
+            if global_size is size[0] and local_size is None and global_offset is None:
+                global_size = size  # the 1-tuple this record made of this very int
+            elif (
+                local_size is None
+                and global_offset is None
+                and global_size.__class__ is int
+                and global_size > 0
+            ):
+                global_size = k[SIZE] = (global_size,)
             else:
                 try:
-                    global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
+                    global_size, local_size, global_offset = _sizes(
+                        global_size, local_size, global_offset
+                    )
                 except BaseException as e:
                     _give(k)
                     error = _size_error(linked, e)
@@ -102,19 +93,20 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
                         raise
                     raise error from None
             try:
-                k[0](0, a0)
+                set_arg(0, a0)
                 s1 = a1.size
-                if k[4] != s1:
-                    k[4] = _nothing
-                    k[0](1, a1)
-                    k[4] = s1
-                if k[5] is not a2:
-                    k[5] = _nothing
-                    k[1](2, _pack2(a2))
-                    k[5] = a2
-                return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
+                if last1 != s1:
+                    k[LAST1] = _nothing
+                    set_arg(1, a1)
+                    k[LAST1] = s1
+                if last2 is not a2:
+                    k[LAST2] = _nothing
+                    set_buf(2, _pack2(a2))
+                    k[LAST2] = a2
+                return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
             except _FAILURES as e:
-                error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+                values = (a0, a1, a2)
+                error = _failed(linked, values, e, global_size, local_size)
                 if error is None:
                     raise
                 raise error from None
@@ -124,69 +116,33 @@ def opencl_entry_Buffer_LocalMemory_Weak_int(linked, miss, mismatch, unknown):
         return entry
 
     def host(f, where):
-        # A HostKernel's call, bound to its kernel (or kernel instance) and where by closure:
-        # the HostKernel, a partial of it, binds no arguments, so a call need not join two
-        # argument tuples (CPython 3.10 and 3.11 call a partial subclass with a tuple).
-        def call(*args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None, queue=None, **kw):
-            # the arguments must have the types it was looked up for
+        # A HostKernel's call, bound to its kernel (or kernel instance) and where: an entry
+        # that runs the lookup it was made from, whatever the world or the default where.
+        entry = bind(mismatch, None, _NOTHING, None, None, None, None, _NOTHING)
+
+        def call(
+            _hk, *args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None,
+            queue=None, **kw
+        ):
             if kw:
                 unknown(kw)
+            if fork[0] is not None:  # a fork of the process that used the device: refused
+                fork[0]()
             if queue is None:
                 queue = where
             elif queue is not where:
                 queue = _same_context(linked, queue)
-            try:
-                a0, a1, a2, = args
-            except ValueError:
-                return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-            if not (a0.__class__ is _C0 and a1.__class__ is _C1 and a2.__class__ is _C2):
-                return mismatch(linked, f, args, (global_size, local_size, global_offset, wait_for, queue, ))
-            try:
-                k = _take()
-            except IndexError:
-                k = _new()
-            t = k[6]  # the 1-tuple this record last made of an int size
-            if global_size is t[0] and local_size is None and global_offset is None:
-                global_size = t
-            elif global_size.__class__ is int and global_size > 0 and local_size is None and global_offset is None:
-                global_size = k[6] = (global_size,)
-            else:
-                try:
-                    global_size, local_size, global_offset = _sizes(global_size, local_size, global_offset)
-                except BaseException as e:
-                    _give(k)
-                    error = _size_error(linked, e)
-                    if error is None:
-                        raise
-                    raise error from None
-            try:
-                k[0](0, a0)
-                s1 = a1.size
-                if k[4] != s1:
-                    k[4] = _nothing
-                    k[0](1, a1)
-                    k[4] = s1
-                if k[5] is not a2:
-                    k[5] = _nothing
-                    k[1](2, _pack2(a2))
-                    k[5] = a2
-                return _enqueue(queue, k[2], global_size, local_size, global_offset, wait_for)
-            except _FAILURES as e:
-                error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
-                if error is None:
-                    raise
-                raise error from None
-            finally:
-                _give(k)
-
+            return entry(
+                f, args, global_size, local_size, global_offset, wait_for, queue, _NOTHING, kw
+            )
 
         return call
 
-    def where_of(global_size, local_size, global_offset, wait_for, queue, ):
+    def where_of(global_size, local_size, global_offset, wait_for, queue):
         # What the `where` block gives for these launch options: a miss checks that a
         # front entry published for them would recognize them (Launcher._publish).
         if queue is None:
             queue = _default_queue[0]
         return queue
 
-    return run, front, host, where_of
+    return bind, host, where_of

@@ -23,10 +23,10 @@ def function_named(tree: ast.AST, name: str) -> ast.FunctionDef:
 
 
 def guarded_names(tree: ast.AST) -> set[str]:
-    """The names the guard of a rendered HostKernel call (``call``) reads."""
+    """The names the guard of a rendered entry (``entry``) reads."""
     return {
         n.id
-        for t in ast.walk(function_named(tree, "call"))
+        for t in ast.walk(function_named(tree, "entry"))
         if isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)
         for n in ast.walk(t.operand)
         if isinstance(n, ast.Name)

@@ -28,6 +28,7 @@ from . import world as _world
 from .entry_templates import check_backend, check_guard
 from .front_entries import CHAIN as CHAIN
 from .front_entries import Tried, alternate, guards_pass, new_entry
+from .host_kernels import DeviceUse, HostKernel, HostKernelType
 from .kernels import Definitions, Kernel, LookupSite
 from .launch_options import call_error, count_error, frozen, keyword_error, signature
 from .launch_options import captured_of as _captured
@@ -38,47 +39,17 @@ from .suggest import unknown_keywords
 from .types import WEAK, type_name
 from .where_tables import _TOKEN, _keep, forget, table_in
 
-__all__ = ["NOTHING", "REQUIRED", "HostKernel", "Launcher", "forget", "signature", "table_in"]
-
-
-class HostKernel(functools.partial):  # type: ignore[type-arg]  # partial of the call's result
-    """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
-    to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
-
-    It is a ``functools.partial`` of its signature's generated call, a closure over its kernel
-    and where that binds no arguments: CPython 3.12 and later call a subclass of partial that
-    does not define ``__call__`` through the vectorcall protocol, one Python call. On 3.10 and
-    3.11 a class statement does not give a subclass that path, and each call builds and
-    unpacks an argument tuple and a keyword dict (about 1,200 instructions more); that is the
-    price of not writing into the type object. ``f`` is the live kernel or kernel instance
-    (whose captured values come first on every call), ``linked`` the lookup's result.
-    """
-
-    f: Any
-    tt: tuple[type, ...]
-    linked: Any
-    where: Any
-    #: the process that used the back-end's device (set on the class: Launcher.check_fork)
-    _device_user: ClassVar[int]
-
-    def __new__(
-        cls, call: Callable[..., Any], f: Any, where: Any, tt: tuple[type, ...], linked: Any
-    ) -> HostKernel:
-        self = super().__new__(cls, call)
-        self.f = f
-        self.tt = tt
-        self.linked = linked
-        self.where = where
-        return self
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {signature(self.linked.name, self.tt)} of {self.f!r}>"
-
-    def __reduce__(self) -> Any:
-        raise TypeError(
-            "a HostKernel holds device handles and cannot be pickled: pickle the kernel and "
-            "look it up again in the other process"
-        )
+__all__ = [
+    "NOTHING",
+    "REQUIRED",
+    "DeviceUse",
+    "HostKernel",
+    "HostKernelType",
+    "Launcher",
+    "forget",
+    "signature",
+    "table_in",
+]
 
 
 #: guards the attributes the launchers of this process have taken (Launcher._own_attrs)
@@ -89,6 +60,8 @@ _TAKEN_ATTRS: frozenset[str] = frozenset()
 #: how many times a miss asks a `where` block and ``resolve`` again, together, before it
 #: calls their disagreement the back-end's (see Launcher._recognized)
 _WHERE_TRIES = 8
+#: the longest name of a generated entry (its def line fits in 100 columns, numbered)
+_NAME_LIMIT = 88
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = _options.NOTHING
 #: the default of a "required" launch option in the generated signatures: a launch that
@@ -261,9 +234,10 @@ class Launcher:
 
     def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
         """``(run, front, host, where_of)`` of lookup types ``tt`` for ``linked`` (made once):
-        the slow path's launch, the maker of front entries, the maker of a HostKernel's call
-        (``host(f, where)``), and what
-        the `where` block gives for given launch options."""
+        the slow path's launch (``run(f, args, *options)``), the maker of front entries, the
+        maker of a HostKernel's call (``host(f, where)``), and what the `where` block gives
+        for given launch options. All but ``where_of`` are bindings of the signature's one
+        generated entry (``bind``, ``templates/entry.py.j2``)."""
         instance = not isinstance(F, Kernel)
         # keyed on this launcher too: what it holds calls this launcher's miss and reads its
         # globals (a linked kernel is shared by the launchers over one definitions)
@@ -272,8 +246,21 @@ class Launcher:
         if b is None:
             captured = _captured(F)
             factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
+            bind, host, where_of = factory(
+                linked,
+                functools.partial(self.mismatch, linked),
+                self.unknown,
+                self.host_class.device_use.fork,
+            )
+            nothing = (NOTHING,) * len(self.lifted)
+            # the slow path's binding (no world, no where) checks nothing but the count
+            slow = bind(None, None, NOTHING, None, None, None, None, *nothing)
+
+            def run(f: Any, args: tuple[Any, ...], *opts: Any) -> Any:
+                return slow(f, args, *opts, *nothing, {})
+
             b = linked.bound.setdefault(
-                ident, factory(linked, self.miss, self.mismatch, self.unknown)
+                ident, (run, functools.partial(bind, self.miss), host, where_of)
             )
         bound: tuple[Callable[..., Any], ...] = b
         return bound
@@ -309,6 +296,7 @@ class Launcher:
             "_TASK": _world.task_cell,
             "_ndarray": np.ndarray,
             "_REQUIRED": REQUIRED,
+            "_NOTHING": NOTHING,
             **namespace,
         }
         declared = []
@@ -322,6 +310,8 @@ class Launcher:
         parts = (f"{self.name}_entry", *(type_name(t) for t in full))
         if instance:
             parts += (f"captured_{ncaptured}",)
+        # short enough that `def <name>(`, numbered (__<n>), fits in 100 columns
+        parts = (codegen.identifier(*parts, limit=_NAME_LIMIT),)
         return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
 
     def _params(
@@ -394,7 +384,7 @@ class Launcher:
         # would only push entries that hit out of the chain
         if guards_pass(self, args, front) and self._recognized(where, given, where_of):
             self._publish(F, w, where, kw, front)
-        return run(args if F is f else f.values + args, *opts)
+        return run(f, args, *opts)
 
     @property
     def misses(self) -> int:
@@ -484,14 +474,17 @@ class Launcher:
 
         return other
 
-    def mismatch(self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
+    def mismatch(
+        self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: Any
+    ) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have its types
-        after all (a numpy scalar subclass, an equal dtype), else say which types it takes."""
+        after all (a numpy scalar subclass, an equal dtype), else say which types it takes.
+        ``opts``: the launch options, then the lifted compiler kwargs (not given)."""
         F = self.definitions.kernel_type(f)
         tt = self.argtypes(args, F)
         b = linked.bound.get((self.front_attr, tt, F is not f))
         if b is not None:
-            return b[0](args if F is f else f.values + args, *opts)
+            return b[0](f, args, *opts[: len(self.options)])
         raise TypeError(
             f"a HostKernel of {signature(linked.name, linked.tt)} was called with arguments of "
             f"types ({', '.join(map(type_name, tt))}), not the types it was looked up for; look "
@@ -520,32 +513,23 @@ class Launcher:
         core calls it on a miss and a lookup (a fork has a world of its own, so its front
         entries miss), a back-end from each of its queue, context and array helpers. A fork
         of a process that never used the device may, and is then the one that uses it. The
-        record is the ``host_class``'s (its ``_device_user``), which a fork's child patches:
-        launchers of one back-end (one HostKernel class) share it, as they share the device."""
+        record is the ``host_class``'s (:class:`DeviceUse`): launchers of one back-end (one
+        HostKernel class) share it, as they share the device."""
         pid = os.getpid()
-        cls = self.host_class
-        user = cls.__dict__.get("_device_user")  # this class's own, not a base class's
-        if user is None:
-            cls._device_user = pid
+        use = self.host_class.device_use
+        if use.pid is None:
+            use.pid = pid
             if hasattr(os, "register_at_fork"):  # (twice if two threads get here: harmless)
                 os.register_at_fork(after_in_child=self._refuse_host_kernels)
-        elif user != pid:
+        elif use.pid != pid:
             _world.check_fork(f"specializer's {self.name} back-end")
 
     def _refuse_host_kernels(self) -> None:
         """In a fork of this back-end's user: every HostKernel here is the parent's, and its
-        call (which checks nothing) now raises the fork error. Until then the class has no
-        ``__call__``: CPython calls it as a partial, and no check costs a call anything
-        (3.12 and later drop the vectorcall path of a class whose ``__call__`` is set).
-        A ``host_class`` shared by two back-ends would share their record too: each back-end
-        here has its own."""
-        check = self.check_fork
-
-        def call_in_fork(hk: HostKernel, *args: Any, **kwargs: Any) -> Any:
-            check()  # raises: this process is a fork of the user
-            return functools.partial.__call__(hk, *args, **kwargs)
-
-        self.host_class.__call__ = call_in_fork  # type: ignore[method-assign, assignment]
+        call now raises the fork error. One store into the cell each call reads (``fork[0]``:
+        None until then), nothing patched. A ``host_class`` shared by two back-ends would
+        share their record too: each back-end here has its own."""
+        self.host_class.device_use.fork[0] = self.check_fork
 
     def unknown(self, kw: dict[str, Any]) -> None:
         """A HostKernel call given keywords that are not launch options: say which are."""
@@ -577,7 +561,9 @@ class Launcher:
         where = self.resolve_where(where_opt)
         linked = self._lookup(F, tt, self.key(where, kw))
         self.check_fork()  # again: a compile hook of the lookup may have forked
-        return self.host_class(self.bound(linked, tt, F)[2](f, where), f, where, tt, linked)
+        call = self.bound(linked, tt, F)[2](f, where)
+        hk: HostKernel = self.host_class.new(call, f, where, tt, linked)
+        return hk
 
     def resolve_where(self, where_opt: Any) -> Any:
         """The where a lookup given ``where_opt`` (None: the default) is for."""

@@ -200,11 +200,12 @@ class ItemsBackend(Backend):
 
 
 class ItemsHostKernel(HostKernel):
-    """A kernel looked up for argument types in one context: ``hk(*args, size=n)``."""
+    """A kernel looked up for argument types in one context: ``hk(*args, size=n)``; its
+    ``context`` is its where."""
 
-    @property
-    def context(self) -> Any:
-        return self.where
+    def __init__(self, f: Any, where: Any, tt: tuple, linked: Any) -> None:
+        super().__init__(f, where, tt, linked)
+        self.context = where
 
 
 def _size(size: Any) -> int:

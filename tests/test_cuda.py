@@ -2,6 +2,7 @@
 parameter buffers and launchers, and the error when no GPU or driver is present."""
 
 import ctypes
+import functools
 import json
 import os
 import re
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 pytest.importorskip("cuda.bindings")
 
 import specializer
-from specializer import CompileError, compile_count, device_code_source
+from specializer import CompileError, compile_count, device_code_source, launching
 from specializer.backends import cuda
 from specializer.backends.cuda import _params
 
@@ -410,16 +411,20 @@ class Fun:
 
 
 def with_driver(tt, launch, lookup_tt=None):
-    """The launch path's ``run`` for concrete types ``tt`` (looked up as ``lookup_tt``), calling
-    ``launch`` where it calls cuLaunchKernel: ``fn(grid, block, shared_mem, stream, args)``."""
+    """The launch path's slow-path binding for concrete types ``tt`` (looked up as
+    ``lookup_tt``), calling ``launch`` where it calls cuLaunchKernel: ``fn(grid, block,
+    shared_mem, stream, args)``."""
     factory = cuda._launch._launcher._factory(tt if lookup_tt is None else lookup_tt, tt, 0, False)
-    run = factory(Fun(tt), None, None, None)[0]
+    bind = factory(Fun(tt), None, None, [None])[0]
+    run = bind(
+        None, None, launching.NOTHING, None, None, None, None
+    )  # checks nothing but the count
 
     def fn(grid, block, shared_mem, stream, args, cooperative=False):
         glb = factory.__globals__
         saved, glb["_launch"] = glb["_launch"], launch
         try:
-            return run(args, grid, block, stream, shared_mem, cooperative)
+            return run(None, args, grid, block, stream, shared_mem, cooperative, {})
         finally:
             glb["_launch"] = saved
 
@@ -2097,15 +2102,16 @@ def test_a_captured_array_and_a_launch_array_reach_the_driver_as_pointers_on_eve
     class Instance:
         values = (cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32),)
 
-    run, _, call, _ = factory(Fun(tt), None, None, None)
+    bind, host, _ = factory(Fun(tt), None, None, [None])
+    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec
     try:
         foreign = FakeCAI("<f4", ptr=0x7F00BEEF0000)
         cuda.typeof(foreign)  # the slow path has typed one: its class has a reader
-        run((Instance.values[0], foreign, np.float32(2)), 1, 1, None, 0, False)
-        call(Instance(), None)(foreign, np.float32(2), grid=1, block=1)
+        slow(Instance(), (foreign, np.float32(2)), 1, 1, None, 0, False, {})
+        host(Instance(), None)(None, foreign, np.float32(2), grid=1, block=1)
     finally:
         glb["_launch"] = saved
     pointers = [(0x7F00DEAD0000).to_bytes(8, "little"), (0x7F00BEEF0000).to_bytes(8, "little")]
@@ -2118,9 +2124,8 @@ def test_a_one_element_struct_array_passes_the_guard_as_a_0d_one_does():
     tt = (cuda.Struct[double3],)
     factory = cuda._launch._launcher._factory(tt, tt, 0, False)
     failed = []
-    call = factory(Fun(tt), None, lambda linked, f, args, opts: failed.append(args), None)[2](
-        None, None
-    )
+    host = factory(Fun(tt), lambda f, args, opts, kw: failed.append(args), None, [None])[1]
+    call = functools.partial(host(None, None), None)  # as bound to its record
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec
@@ -2206,13 +2211,13 @@ class Published:
         self.rec = Recorder(resolved)
         self.misses = []
         self.local, self.where = local, (object(), ())
-        _, front, self.call, _ = self.factory(Fun(resolved), self.miss, self.mismatch, None)
-        self.entry = front(world.hot_cell[0], self.where, {}, fill, launcher.other, None)
+        bind, self.call, _ = self.factory(Fun(resolved), self.mismatch, None, [None])
+        self.entry = bind(self.miss, world.hot_cell[0], self.where, {}, fill, launcher.other, None)
 
     def miss(self, f, args, opts, kw):
         self.misses.append(args)
 
-    def mismatch(self, linked, f, args, opts):
+    def mismatch(self, f, args, opts, kw):
         self.misses.append(args)
 
     def __enter__(self):
@@ -2260,7 +2265,8 @@ def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_
     for function, where in zip(functions, wheres):  # as two lookups publish them
         linked = Fun(resolved)
         linked.function = function
-        _, front, _, _ = factory(linked, lambda *a: misses.append(a), None, None)
+        bind = factory(linked, None, None, [None])[0]
+        front = functools.partial(bind, lambda *a: misses.append(a))
         launcher._publish(alternate, world.hot_cell[0], where, {}, front)
     glb = factory.__globals__
     saved = glb["_launch"], local.key
@@ -2309,7 +2315,8 @@ def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer()
         odd = FakeCAI("<f4", ptr=np.uint64(0x7F00BEEF4000))  # a pointer that is no int
         assert p.launch(odd) == (0x7F00BEEF4000).to_bytes(8, "little")
         # a HostKernel call's guard is the same
-        p.call(fill, p.where)(FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
+        call = p.call(fill, p.where)  # (its first argument: the record it is bound to)
+        call(None, FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
         assert p.rec.calls[-1][4][0] == (0x7F00BEEF2000).to_bytes(8, "little")
         assert len(p.misses) == 5
 

@@ -1,3 +1,4 @@
+import re
 import sys
 from pathlib import Path
 
@@ -58,3 +59,96 @@ def test_generated_holds_exactly_what_the_demo_generates():
     )
     for name, source in dumped.items():
         assert files[f"{name}.py"].split("\n", 1)[1] == source
+
+
+# -- generated code read at a glance (SPEC 10): lines of at most 100 columns, the launch
+# body once ----------------------------------------------------------------------------------
+
+#: what each back-end's `launch` block calls once per launch: it appears once in an entry
+LAUNCH_MARKERS = {
+    "opencl_entry.py.j2": ("_enqueue(", "_take()", "_sizes("),
+    "cuda_entry.py.j2": ("_launch(_function", "_dim3(grid", "_cooperative("),
+    "python_entry.py.j2": ("for i in range(size):", "_size(size)"),
+}
+
+
+def _too_long(text):
+    return [(n, line) for n, line in enumerate(text.splitlines(), 1) if len(line) > 100]
+
+
+def test_every_line_in_generated_is_at_most_100_columns():
+    for path in sorted((ROOT / "generated").glob("*.py")):
+        assert _too_long(path.read_text()) == [], path.name
+
+
+def _fresh_entries():
+    """Entries rendered now, the reviewed ones and wider ones: a dozen parameters of every
+    kind, captured values, the test suite's pure-Python back-end."""
+    import numpy as np
+
+    from specializer.backends import opencl as cl
+    from specializer.backends.cuda import _launch as cu
+    from specializer.codegen import render
+    from specializer.types import Struct, Weak
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from pybackend import py
+
+    float4 = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("w", "<f4")])
+    A, CA = cl.Array[np.float64], cu.Array[np.float64]
+    wide_cl = (A, cl.Buffer, cl.LocalMemory, cl.Sampler, cl.Image, Struct[float4], np.int8)
+    wide_cu = (CA, Struct[float4], np.float16, np.int8, CA, CA)
+    cases = [
+        (
+            cl._launcher,
+            wide_cl + (Weak[int], Weak[float]) * 3,
+            wide_cl + (np.int32, np.float32) * 3,
+            0,
+        ),
+        (cl._launcher, wide_cl, wide_cl, 3),
+        (
+            cu._launcher,
+            wide_cu + (Weak[int], Weak[float]) * 3,
+            wide_cu + (np.int64, np.float16) * 3,
+            0,
+        ),
+        (cu._launcher, wide_cu, wide_cu, 2),
+        (
+            py.launcher,
+            (py.Array[np.float32], Weak[int]) * 6,
+            (py.Array[np.float32], np.int16) * 6,
+            1,
+        ),
+    ]
+    out = {}
+    for n, (launcher, full, resolved, ncap) in enumerate(cases, 90):
+        parts, _, params = launcher.template_params(full, resolved, ncap, bool(ncap))
+        name = f"{parts[0]}__{n}"  # numbered, as a later entry of one name is
+        out[name] = (launcher.template, render(launcher.template, name=name, **params))
+    return out
+
+
+def test_freshly_rendered_entries_are_at_most_100_columns_wide():
+    for name, (template, source) in _fresh_entries().items():
+        assert _too_long(source) == [], (template, name)
+        compile(source, name, "exec")
+
+
+def test_an_entry_holds_its_launch_body_once():
+    # the front entry, a HostKernel's call and the slow path are bindings of one `entry`
+    entries = {
+        name: (template, text)
+        for name, text in render_all().items()
+        for template in ["opencl_entry.py.j2", "cuda_entry.py.j2"]
+        if name.startswith(template.split("_")[0] + "_entry")
+    }
+    entries.update(_fresh_entries())
+    assert len(entries) == 13
+    for name, (template, source) in entries.items():
+        assert source.count("def entry(") == 1, name
+        for marker in LAUNCH_MARKERS[template]:
+            assert source.count(marker) == 1, (name, marker)
+        call = source[source.index("def call(") : source.index("return call")]
+        assert re.search(r"return entry\(\s*f, args", call), name  # its binding of entry
+        assert not any(m in call for m in LAUNCH_MARKERS[template]), name
+        assert not re.search(r"\bk\[\d", source), name  # a pool record's fields by name

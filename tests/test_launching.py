@@ -1,15 +1,17 @@
-"""The core's HostKernel class: a functools.partial subclass, called through public means."""
+"""The core's HostKernel: a signature's generated call, bound to its record; and the OpenCL
+launch path: what a launch keeps, and interrupted launches."""
 
 from __future__ import annotations
 
 import collections
-import functools
 import gc
+import os
+import pickle
 import random
 import re
 import signal
-import sys
 import time
+import types
 import weakref
 from pathlib import Path
 
@@ -23,54 +25,78 @@ from specializer import codegen, compile_count, launching
 from specializer.backends import opencl as cl
 from specializer.kernels import Definitions
 
-HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL, as type.__flags__ shows it
+HK_TT = (cl.Array[np.float32], np.float32)
 
 
-def _record(*args, **kwargs):
-    return args, kwargs
+@cl.kernel
+def hk_fill(x: cl.Array[np.float32], v: np.float32) -> str:
+    return "__kernel void hk_fill(__global float *x, float v) { x[get_global_id(0)] = v; }"
 
 
-@pytest.mark.skipif(
-    sys.implementation.name != "cpython" or sys.version_info < (3, 12),
-    reason="CPython 3.12 and later give a subclass of partial the vectorcall path",
-)
-def test_every_back_ends_host_kernel_class_has_the_vectorcall_path_on_312_and_later():
-    # None of them may define __call__: that would take the path away.
-    for cls in (launching.HostKernel, cl.HostKernel):
-        assert cls.__flags__ & HAVE_VECTORCALL, cls
+def cuda_host_kernel_class():
+    from specializer.backends.cuda import HostKernel
+
+    return HostKernel
 
 
-def test_host_kernel_classes_keep_the_type_flags_python_gave_them():
-    # Nothing writes into a type object: each class has the flags of a class statement.
+def test_a_host_kernel_is_its_generated_call_bound_to_its_record():
+    q = cl.default_queue()
+    hk = cl.clfunction(hk_fill, HK_TT)
+    # the generated call itself (one frame before the signature's entry), a bound method
+    assert type(hk) is types.MethodType and type(hk.__func__) is types.FunctionType
+    assert hk.__func__.__code__.co_name == "call"
+    assert isinstance(hk, cl.HostKernel) and isinstance(hk, launching.HostKernel)
+    assert not isinstance(hk, cuda_host_kernel_class())
+    assert not isinstance(hk.__func__, cl.HostKernel) and not isinstance(print, cl.HostKernel)
+    # its attributes, as documented (docs/reference-opencl.md)
+    assert hk.f is hk_fill and hk.tt == HK_TT and hk.queue is q and hk.where is q
+    assert hk.kernel is hk.linked.kernel and hk.program is hk.linked.program
+    assert hk.context.int_ptr == q.context.int_ptr
+    assert "hk_fill(Array[np.float32], np.float32)" in repr(hk)
+    x = cla.zeros(q, 4, np.float32)
+    hk(x, np.float32(3), global_size=4)
+    assert x.get().tolist() == [3, 3, 3, 3]
+
+
+def test_a_host_kernel_refuses_to_be_pickled_saying_why():
+    hk = cl.clfunction(hk_fill, HK_TT)
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        with pytest.raises(TypeError, match="cannot be pickled: pickle the kernel and look it up"):
+            pickle.dumps(hk, protocol)
+
+
+def test_host_kernel_classes_are_not_patched_and_have_no_call():
+    # SPEC 10: nothing patched onto a class at run time; a fork child's refusal is one store
+    # into the back-end's record of device use, which every HostKernel call reads
+    before = {cls: dict(vars(cls)) for cls in (launching.HostKernel, cl.HostKernel)}
+    hk = cl.clfunction(hk_fill, HK_TT)
+    cl.launch(hk_fill, cla.zeros(cl.default_queue(), 1, np.float32), 1.0, global_size=1)
+    for cls, attrs in before.items():
+        assert "__call__" not in vars(cls) and dict(vars(cls)) == attrs
+    assert cl.HostKernel.device_use is not launching.HostKernel.device_use
+    assert cl.HostKernel.device_use.fork == [None]
+    assert cl.HostKernel.device_use.pid == os.getpid()
+    assert "fork" in hk.__func__.__code__.co_freevars  # the record's cell, read per call
+
+
+def test_a_host_kernel_made_by_a_new_subclass_is_an_instance_of_it_alone():
     class Mine(launching.HostKernel):
-        pass
+        def __init__(self, f, where, tt, linked):
+            super().__init__(f, where, tt, linked)
+            self.extra = "mine"
 
-    plain = type("Plain", (functools.partial,), {}).__flags__ & HAVE_VECTORCALL
-    for cls in (launching.HostKernel, cl.HostKernel, Mine):
-        assert cls.__flags__ & HAVE_VECTORCALL == plain, cls
+    class Linked:
+        name = "k"
 
+    def call(_hk, *args, **kwargs):
+        return args, kwargs
 
-def test_a_new_subclass_calls_like_a_partial():
-    class Mine(launching.HostKernel):
-        pass
-
-    hk = functools.partial.__new__(Mine, _record, "f", "where")
-    assert hk(1, 2, global_size=3) == (("f", "where", 1, 2), {"global_size": 3})
-    assert hk() == (("f", "where"), {})
-    assert isinstance(hk, launching.HostKernel)
-
-
-def test_a_subclass_that_defines_call_keeps_its_own():
-    class Own(launching.HostKernel):
-        def __call__(self, *args, **kwargs):
-            return "own", args, kwargs
-
-    class Below(Own):
-        pass
-
-    for cls in (Own, Below):
-        hk = functools.partial.__new__(cls, _record, "f")
-        assert hk(1, x=2) == ("own", (1,), {"x": 2})
+    hk = Mine.new(call, "f", "where", (np.float32,), Linked())
+    assert hk(1, x=2) == ((1,), {"x": 2})
+    assert isinstance(hk, Mine) and isinstance(hk, launching.HostKernel)
+    assert not isinstance(hk, cl.HostKernel)
+    assert (hk.f, hk.where, hk.tt, hk.extra) == ("f", "where", (np.float32,), "mine")
+    assert Mine.device_use is not launching.HostKernel.device_use  # each class its own
 
 
 # -- the OpenCL launch path: what a launch keeps, and interrupted launches -------------------

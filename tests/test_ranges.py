@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from test_docs import DOCS, _blocks
 
+from specializer import launching
 from specializer.types import (
     describe_parameter,
     type_name,
@@ -176,7 +177,12 @@ def test_cuda_refuses_out_of_range_weak_values_before_the_driver_call():
     factory = launcher._factory((resolved[0], Weak[float], Weak[int]), resolved, 0, False)
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
     linked.bound = {}
-    run = factory(linked, None, None, None)[0]
+    bind = factory(linked, None, None, [None])[0]
+    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
+
+    def run(params, *opts):
+        return slow(None, params, *opts, {})
+
     calls = []
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], lambda *a: calls.append(a) or (0,)
@@ -297,7 +303,12 @@ def test_cuda_packs_a_float_types_printed_max_and_refuses_what_rounds_to_an_infi
     factory = launcher._factory((resolved[0], Weak[float]), resolved, 0, False)
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
     linked.bound = {}
-    run = factory(linked, None, None, None)[0]
+    bind = factory(linked, None, None, [None])[0]
+    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
+
+    def run(params, *opts):
+        return slow(None, params, *opts, {})
+
     calls = []
     glb = factory.__globals__
     packed = glb["_half"] if t is np.float16 else None

@@ -166,6 +166,7 @@ class _Linked:
     name = "fill"
     context = None
     function = None  # a null CUfunction handle: the stand-in driver never reads it
+    get_global = copy_to_global = copy_from_global = None  # (what a HostKernel carries)
 
     def __init__(self, tt: tuple[type, ...]) -> None:
         self.tt = tt
@@ -211,7 +212,7 @@ def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
             linked = _Linked(resolved)
             _, front, host, _ = launcher.bound(linked, lookup_tt, k)
             k._cuda_front = front(world.hot_cell[0], where, {}, k, launcher.other, None)
-            made.append(cuda.HostKernel(host(k, where), k, where, lookup_tt, linked))
+            made.append(cuda.HostKernel.new(host(k, where), k, where, lookup_tt, linked))
         hk, hk0 = made
 
         helper = driver._HelperKernelParams  # what cuLaunchKernel runs on its kernelParams

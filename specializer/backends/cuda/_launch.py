@@ -86,46 +86,37 @@ def _cooperative(
 class HostKernel(launching.HostKernel):
     """A kernel ready to launch in one context: what :func:`cufunction` returns (the analog
     of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel:
-    ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``."""
+    ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``.
+    ``isinstance(hk, HostKernel)`` holds; ``hk`` is the signature's generated call, bound to
+    an instance of this class, and carries its attributes:
+
+    - ``function``: the driver's ``CUfunction``; ``name``: the kernel's name;
+    - ``context``: the context it was loaded in, which it keeps alive (the library's caches
+      hold a context weakly; a HostKernel the user holds keeps it, as its arrays and
+      streams do, so it never launches into a gone one);
+    - ``get_global(name)``: (device pointer, size in bytes) of the ``__constant__`` or
+      ``__device__`` variable ``name`` of the kernel's module (``cuModuleGetGlobal``);
+      ``copy_to_global(name, array)``: copy ``array`` into it (its size exactly);
+      ``copy_from_global(name, ...)``: it copied back (see LinkedKernel.copy_from_global);
+    - ``f``, ``tt``, ``where`` and ``linked`` (the :class:`LinkedKernel`).
+    """
 
     linked: LinkedKernel
-    _context: Context
+    function: Any
+    context: Context
+    name: str
+    get_global: Callable[[str], tuple[int, int]]
+    copy_to_global: Callable[[str, Any], None]
+    copy_from_global: Callable[..., Any]
 
-    def __new__(
-        cls, call: Any, f: Any, where: Any, tt: tuple[type, ...], linked: Any
-    ) -> HostKernel:
-        # cast: the base's __new__ makes an instance of cls
-        self = cast(HostKernel, super().__new__(cls, call, f, where, tt, linked))
-        # The library's caches hold a context weakly; a HostKernel the user holds keeps its
-        # context alive (as its arrays and streams do), so it never launches into a gone one.
-        self._context = linked.context
-        return self
-
-    @property
-    def function(self) -> Any:
-        """The driver's ``CUfunction``."""
-        return self.linked.function
-
-    @property
-    def context(self) -> Context:
-        return self._context
-
-    @property
-    def name(self) -> str:
-        return self.linked.name
-
-    def get_global(self, name: str) -> tuple[int, int]:
-        """(device pointer, size in bytes) of the ``__constant__`` or ``__device__`` variable
-        ``name`` of the kernel's module in its context (``cuModuleGetGlobal``)."""
-        return self.linked.get_global(name)
-
-    def copy_to_global(self, name: str, array: Any) -> None:
-        """Copy ``array`` into the module's variable ``name`` (its size exactly)."""
-        self.linked.copy_to_global(name, array)
-
-    def copy_from_global(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """The module's variable ``name`` copied back (see LinkedKernel.copy_from_global)."""
-        return self.linked.copy_from_global(name, *args, **kwargs)
+    def __init__(self, f: Any, where: Any, tt: tuple[type, ...], linked: LinkedKernel) -> None:
+        super().__init__(f, where, tt, linked)
+        self.function = linked.function
+        self.context = linked.context
+        self.name = linked.name
+        self.get_global = linked.get_global
+        self.copy_to_global = linked.copy_to_global
+        self.copy_from_global = linked.copy_from_global
 
     def __repr__(self) -> str:
         return f"<HostKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"

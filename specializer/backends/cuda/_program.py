@@ -80,9 +80,11 @@ def nvrtc_compiles() -> int:
 
 def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
     size: int = nvrtc_check(size_fn(prog), what, detail)
-    buf = b" " * size
+    # NVRTC writes into the buffer: one of its own (CPython shares every bytes object of
+    # length 0 or 1, so b" " * 1 is the interpreter's b" ", which a write would corrupt)
+    buf = b" " * (size + 2)
     nvrtc_check(get_fn(prog, buf), what, detail)
-    return buf
+    return buf[:size]
 
 
 _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')

@@ -97,29 +97,31 @@ class HostKernel(launching.HostKernel):
     Call it like :func:`launch`, with arguments of the types it was looked up for:
     ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
     queue=None)`` (default: the queue of the lookup). A kernel instance's captured values are
-    passed first, from ``f``, on each call.
+    passed first, from ``f``, on each call. ``isinstance(hk, HostKernel)`` holds; ``hk`` is
+    the signature's generated call, bound to an instance of this class, and carries its
+    attributes:
+
+    - ``queue`` (and ``where``): the queue it was looked up for;
+    - ``context``: the context it was built in;
+    - ``kernel``: a ``pyopencl.Kernel`` of this kernel, to inspect (launches set the
+      arguments of kernel objects of their own, from the linked kernel's pool);
+    - ``program``: its ``pyopencl.Program``;
+    - ``f``, ``tt`` and ``linked`` (the :class:`LinkedKernel`).
     """
 
     linked: LinkedKernel
     where: cl.CommandQueue
+    queue: cl.CommandQueue
+    context: cl.Context | None
+    kernel: Any
+    program: Any
 
-    @property
-    def queue(self) -> cl.CommandQueue:
-        return self.where
-
-    @property
-    def kernel(self) -> Any:
-        """A ``pyopencl.Kernel`` of this kernel, to inspect (launches set the arguments of
-        kernel objects of their own, from the linked kernel's pool)."""
-        return self.linked.kernel
-
-    @property
-    def program(self) -> Any:
-        return self.linked.program
-
-    @property
-    def context(self) -> cl.Context | None:
-        return self.linked.context
+    def __init__(self, f: Any, where: Any, tt: tuple[type, ...], linked: LinkedKernel) -> None:
+        super().__init__(f, where, tt, linked)
+        self.queue = where
+        self.context = linked.context
+        self.kernel = linked.kernel
+        self.program = linked.program
 
 
 class _OpenCLLauncher(launching.Launcher):
