@@ -80,7 +80,8 @@ def guards_pass(launcher: Launcher, args: tuple[Any, ...], front: Any) -> bool:
     ``Weak[int]`` for int) or a dtype other than the argument's would make every launch take
     it: a ``TypeError`` naming ``guard_of`` and the type."""
     passed = True
-    for a, (t, kind, cls, dtype) in zip(args, getattr(front, "__globals__", {}).get("_GUARDS", ())):
+    guards = front.func.__globals__["_GUARDS"]  # (front: a partial of the generated bind)
+    for a, (t, kind, cls, dtype) in zip(args, guards):
         if kind != "cls" and kind != "cls_dtype":
             continue  # a back-end's own kind: its template's check
         if kind == "cls_dtype" and not (a.dtype is dtype or a.dtype == dtype):

@@ -12,7 +12,7 @@ arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunc
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, cast
 
 import numpy as np
