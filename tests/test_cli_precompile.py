@@ -97,7 +97,7 @@ def test_dump_prints_every_generated_function_deterministically(program):
     r1 = _python("-m", "specializer", "dump", str(program))
     r2 = _python("-m", "specializer", "dump", str(program))
     assert r1.returncode == 0, r1.stderr
-    assert "def lookup_lambda_dumped_str_tuple(key, lookup" in r1.stdout
+    assert "def lookup_lambda_dumped_str_tuple(\n    key, lookup" in r1.stdout
     assert "lookups 2" in r1.stdout
     assert r1.stdout == r2.stdout
 
