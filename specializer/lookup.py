@@ -104,8 +104,10 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"{type_name(type(key))}: it takes keys of type {type_name(spec.K)} (specialize "
             "once per key type, or use cached_lookup, which does)"
         )
-    _world.settle()  # the task's cell set again (a publication interrupted, a block dead, a
-    w = _world.current()  # new pin); dead pins. The one world this call runs in.
+    # The task's cell set again (an interrupted publication, a dead block, a pin's first
+    # lookup), dead pins dropped; then the one world this call runs in.
+    _world.settle()
+    w = _world.current()
     bypass = _world.bypassing()
     if not bypass:  # a hit the cell did not show (its world was None): compared by value
         for ew, ek, er in _entries(spec.cell):
