@@ -121,14 +121,15 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
         )
     if not (bypass or _world.bypassing()):
         with _lock():  # stores only; a hit never takes it
-            kept = [e for e in _entries(spec.cell) if not (e[0] == w and _same(e[1], key))]
-            _store(spec.cell, [(w, key, result), *kept])  # in front, the oldest dropped
+            _put(spec.cell, w, key, result)
     return result
 
 
-def _same(a: Any, b: Any) -> bool:
-    """Whether two keys are one as a dict sees them: ``is``, else ``==``."""
-    return a is b or bool(a == b)
+def _put(cell: list[tuple[Any, ...]], w: int, key: Any, result: Any) -> None:
+    """Store (w, key, result) in front of the cell's entries, dropping the one it replaces
+    (the same world and key, compared as a hit compares them) and the oldest."""
+    kept = [e for e in _entries(cell) if not (e[0] == w and (e[1] is key or e[1] == key))]
+    _store(cell, [(w, key, result), *kept])
 
 
 def forget_key(part: Any) -> None:

@@ -5,7 +5,8 @@ world. Here ``latest()`` is the counter and ``current()`` the calling task's wor
 latest, unless the task is pinned by ``invoke_in_world``.
 
 The hot paths read the task's world by value with one context-variable read and one
-subscript of the task's cell, ``task_cell()``:
+subscript of the task's cell, ``task_cell()`` (the variable is set at import and by a slow
+path where unset, so that CPython's cache of its value serves the read):
 
 - an unpinned task's cell is :data:`hot_cell`, whose two slots hold the latest world, or
   None while cached lookups must bypass their caches (a compile hook is active or
