@@ -5,11 +5,14 @@ handle) in it. It remembers the result per (call site, F, tt, key type, V) and
 reuses it while the task's world and the key are the same.
 
 Each such tuple gets its own function, rendered from ``templates/lookup.py.j2`` and
-exec'd on first use. Its cache is one cell (a one-item list) bound once as a default and
-never rebound: the cell holds an immutable tuple of the four most recent (world, key,
-result) entries, replaced whole by one store on a miss. A hit therefore takes no lock,
-hashes nothing and allocates nothing: a reader sees either the old tuple or the new one,
-never a torn entry. Worlds compare by value.
+exec'd on first use. Its cache is one cell (a two-item list) bound once as a default and
+never rebound: ``cell[0]`` holds the newest (world, key, result) entry, ``cell[1]`` the three
+older ones, each an immutable tuple replaced whole by one store on a miss. A hit therefore
+takes no lock, hashes nothing and allocates nothing: a reader sees old or new tuples, never a
+torn entry (at worst an entry twice, between a miss's two stores). The hit reads the task's
+world once (a context-variable read: a pin or a miss elsewhere changes nothing it reads);
+the newest entry, stored under that very world object, is one unpacking and two identity
+checks away; worlds and keys then compare by value (a pin's world may be another int).
 
 Why the world must match exactly: code that is still *valid* in the current
 world is not enough. After compiling ``f(::Number)`` for an int, adding
@@ -54,12 +57,15 @@ __all__ = ["ENTRIES", "cached_lookup", "forget_key", "specialize"]
 
 R = TypeVar("R")
 
+#: The task's cell (``_task()[1]``: its world for a lookup, see :mod:`specializer.world`).
+_task = _world.task_cell
+
 #: How many recent results each specialized lookup keeps.
 ENTRIES = 4
 
 #: An empty entry's world: no world is 0 (worlds start at 1), so it never matches.
 _NO_WORLD = 0
-_EMPTY_ENTRIES = (_NO_WORLD, None, None) * ENTRIES
+_EMPTY = (_NO_WORLD, None, None)
 
 
 class _Spec:
@@ -71,20 +77,24 @@ class _Spec:
         self.V = V
         self.K = K
         self.what = what
-        #: the cache: ``cell[0]`` is the entries tuple (bound once into the function)
-        self.cell: list[tuple[Any, ...]] = [_EMPTY_ENTRIES]
+        #: the cache (bound once into the function): ``cell[0]`` the newest entry,
+        #: ``cell[1]`` the older ones, flat
+        self.cell: list[tuple[Any, ...]] = [_EMPTY, _EMPTY * (ENTRIES - 1)]
 
 
 def _entries(cell: list[tuple[Any, ...]]) -> list[tuple[Any, Any, Any]]:
-    flat = cell[0]
+    flat = (*cell[0], *cell[1])
     return [flat[i : i + 3] for i in range(0, len(flat), 3) if flat[i] != _NO_WORLD]
 
 
-def _flat(entries: list[tuple[Any, Any, Any]]) -> tuple[Any, ...]:
-    flat: list[Any] = []
-    for e in entries[:ENTRIES]:
-        flat.extend(e)
-    return (*flat, *(_NO_WORLD, None, None) * (ENTRIES - len(entries[:ENTRIES])))
+def _store(cell: list[tuple[Any, ...]], entries: list[tuple[Any, Any, Any]]) -> None:
+    """Make ``entries`` (most recent first; the first :data:`ENTRIES` kept) the cell's. The
+    older ones are stored first, so a hit between the two stores sees an entry twice at
+    worst, never one that is not the cell's."""
+    kept = [tuple(e) for e in entries[:ENTRIES]]
+    kept += [_EMPTY] * (ENTRIES - len(kept))
+    cell[1] = tuple(x for e in kept[1:] for x in e)
+    cell[0] = kept[0]
 
 
 def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
@@ -94,10 +104,12 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
             f"{type_name(type(key))}: it takes keys of type {type_name(spec.K)} (specialize "
             "once per key type, or use cached_lookup, which does)"
         )
-    _world.settle()  # hot_cell set again (an interrupted publication, a dead block); dead pins
-    w = _world.current()  # the one world this call runs in
+    # The task's cell set again (an interrupted publication, a dead block, a pin's first
+    # lookup), dead pins dropped; then the one world this call runs in.
+    _world.settle()
+    w = _world.current()
     bypass = _world.bypassing()
-    if not bypass:  # a pinned task's hit: its world's entry, compared by value
+    if not bypass:  # a hit the cell did not show (its world was None): compared by value
         for ew, ek, er in _entries(spec.cell):
             if ew == w and (ek is key or ek == key):
                 return er
@@ -109,14 +121,21 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
         )
     if not (bypass or _world.bypassing()):
         with _lock():  # stores only; a hit never takes it
-            spec.cell[0] = _with_entry(spec.cell, w, key, result)  # the one publishing store
+            _put(spec.cell, w, key, result)
     return result
 
 
-def _with_entry(cell: list[tuple[Any, ...]], w: int, key: Any, result: Any) -> tuple[Any, ...]:
-    """The cell's entries with (w, key, result) in front, the oldest dropped."""
+def _put(cell: list[tuple[Any, ...]], w: int, key: Any, result: Any) -> None:
+    """Store (w, key, result) among the cell's entries, dropping the one it replaces (the same
+    world and key, compared as a hit compares them) and the oldest: in front, unless the newest
+    entry is of the latest world and this one of another (a pinned task's miss), which goes
+    second, so that a pin never moves another task's entry out of the hit's first check."""
     kept = [e for e in _entries(cell) if not (e[0] == w and (e[1] is key or e[1] == key))]
-    return _flat([(w, key, result), *kept])
+    new = (w, key, result)
+    if kept and kept[0][0] == _world.latest() and kept[0][0] != w:
+        _store(cell, [kept[0], new, *kept[1:]])
+    else:
+        _store(cell, [new, *kept])
 
 
 def forget_key(part: Any) -> None:
@@ -130,10 +149,10 @@ def forget_key(part: Any) -> None:
         return k is part or (k.__class__ is tuple and any(x is part for x in k))
 
     for fn in _specializations.copy().values():
-        cell = fn.__defaults__[1]  # type: ignore[index]  # (task_cell, cell), bound once
+        cell = fn.__defaults__[0]  # type: ignore[index]  # the cell, bound once
         entries = _entries(cell)
         if any(named(k) for _, k, _ in entries):
-            cell[0] = _flat([e for e in entries if not named(e[1])])
+            _store(cell, [e for e in entries if not named(e[1])])
 
 
 #: A specialization's key: (``id`` of the site's code, ``id`` of F, tt, key type, V).
@@ -155,9 +174,9 @@ _values: dict[Any, Any] = {}
 _lock = new_lock()
 
 #: The attribute of an ``F`` that holds its own table of specialized functions, (``id`` of the
-#: site's code, tt, key type, V) -> function: a dict in the instance's own ``__dict__`` (a
-#: generic function's), or in a class's own namespace (a kernel instance type, which no class
-#: may subclass: a subclass would find its base's table).
+#: site's code, tt, key type, V) -> (the function's cell, the function): a dict in the
+#: instance's own ``__dict__`` (a generic function's), or in a class's own namespace (a kernel
+#: instance type, which no class may subclass: a subclass would find its base's table).
 OWN = "_specializer_lookups"
 
 
@@ -282,16 +301,16 @@ def specialize(
                 _name_of(K),
                 _name_of(V),
             ),
-            {"_miss": functools.partial(_miss, spec)},
+            {"_miss": functools.partial(_miss, spec), "_task": _world.task_cell},
             f"cached_lookup: V={type_name(V)}, {what}",
             entries=ENTRIES,
         )
-        fn.__defaults__ = (_world.task_cell, spec.cell)  # bound once, never rebound
+        fn.__defaults__ = (spec.cell,)  # bound once, never rebound
         _register(_sites, _owners, code, 1, ident)
         _register(_owners, _sites, F, 0, ident)
         own = _own_table(F)
         if own is not None:
-            own[id(code), tt, K, V] = fn
+            own[id(code), tt, K, V] = (spec.cell, fn)  # the cell too: cached_lookup's check
         _specializations[ident] = fn
     return fn
 
@@ -302,9 +321,13 @@ def cached_lookup(lookup: Callable[[], R], V: type[R], F: Any, tt: tuple[type, .
 
     Equivalent to ``specialize(lookup, V, F, tt, type(key))(key, lookup)``.
     """
-    fn: Callable[[Any, Callable[[], R]], R]
     try:
-        fn = F._specializer_lookups[id(lookup.__code__), tt, type(key), V]  # F's own (OWN)
+        cell, fn = F._specializer_lookups[id(lookup.__code__), tt, type(key), V]  # F's own (OWN)
     except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
-        fn = specialize(lookup, V, F, tt, type(key))
-    return fn(key, lookup)
+        return specialize(lookup, V, F, tt, type(key))(key, lookup)  # type: ignore[no-any-return]
+    # fn's first check, without its call (a frame, about 440 instructions): the newest entry
+    # stored under this very world and key.
+    w, k, r = cell[0]
+    if w is _task()[1] and k is key:
+        return r  # type: ignore[no-any-return]
+    return fn(key, lookup)  # type: ignore[no-any-return]

@@ -4,21 +4,26 @@ Julia keeps a world counter that every definition raises, and each task runs in 
 world. Here ``latest()`` is the counter and ``current()`` the calling task's world: the
 latest, unless the task is pinned by ``invoke_in_world``.
 
-The hot path (every cached lookup, every launch) reads the task's world by value with one
-context-variable read and one subscript, ``task_cell()[0]``:
+The hot paths read the task's world by value with one context-variable read and one
+subscript of the task's cell, ``task_cell()`` (the variable is set at import and by a slow
+path where unset, so that CPython's cache of its value serves the read):
 
-- an unpinned task's cell is :data:`hot_cell`, which holds the latest world, or None while
-  cached lookups must bypass their caches (a compile hook is active or precompile-output mode
-  is on: process-wide switches);
-- a pinned task's cell is its pin, which always holds None, so its lookups take the slow
-  path, which reads the pin's world (:func:`current`). Nothing a pin does touches what
-  unpinned tasks read, so a miss in one thread (every miss runs its lookup pinned) leaves
-  every other thread's hot path on.
+- an unpinned task's cell is :data:`hot_cell`, whose two slots hold the latest world, or
+  None while cached lookups must bypass their caches (a compile hook is active or
+  precompile-output mode is on: process-wide switches);
+- a pinned task's cell is its pin, ``[None, world or None, world]``: slot 0 (what a launch's
+  front entry compares) is always None, so its launches take the slow path; slot 1 (what a
+  cached lookup compares) is its world, so its lookups hit like an unpinned task's, or None
+  while lookups bypass their caches (and until the first slow path in it sets it, under
+  :func:`lock`). Nothing a pin does touches what other tasks read, so a pin or a miss in
+  one thread (every miss runs its lookup pinned) leaves every other task's path as it was.
 
 State is published, not patched: the process-wide state is one immutable snapshot,
-:data:`snapshot`, replaced whole under :func:`lock` (an ordinary re-entrant lock). ``hot_cell`` is
-derived from it: cleared before each publication and set after, so an interrupt between the
-two leaves None, which only costs a slow path (which sets it again: :func:`refresh`).
+:data:`snapshot`, replaced whole under :func:`lock` (an ordinary re-entrant lock). The cells
+are derived from it: ``hot_cell`` is cleared before each publication and set after, and the
+pins' lookup slots are cleared before any publication that bypasses (only the slow path sets
+one again, under the lock), so an interrupt between two stores leaves None, which only costs
+a slow path (which sets it again: :func:`refresh`).
 
 A pin lives in the context: it is in force in every context that holds it, for as long as
 one can run code. ``invoke_in_world`` runs its call in a copy of the caller's context with a
@@ -34,16 +39,19 @@ A with-block (a compile hook, a precompile block) is active while the object its
 statement holds is alive and has not ended: :data:`snapshot` holds weak references to the blocks,
 and :func:`hooks` and :func:`bypassing` see the live ones only. A block whose ``__exit__`` never
 ran (an interrupt at its first instruction, CPython 3.13 skipping it) ends when its with
-statement is gone; ``hot_cell`` stays None until the next slow path republishes the state
+statement is gone; the cells stay None until the next slow path republishes the state
 without it (:func:`refresh`), which brings the hot path back by itself.
 """
 
 from __future__ import annotations
 
 import contextvars
+import operator
 import os
 import weakref
+from collections import deque
 from collections.abc import Callable
+from itertools import repeat
 from typing import Any, NamedTuple, TypeVar
 
 from .locks import new_lock, renew_all
@@ -93,15 +101,18 @@ class _State(NamedTuple):
 snapshot = _State(
     latest=1, blocks=(), precompile_env=False, switch=None, forked=False, in_flight=None
 )
-#: The latest world, or None while cached lookups bypass their caches: an unpinned task's cell.
-hot_cell: list[int | None] = [1]
+#: An unpinned task's cell: the latest world in both slots (a launch's front entry reads slot
+#: 0, a cached lookup slot 1), or None while cached lookups bypass their caches.
+hot_cell: list[int | None] = [1, 1]
 _lock = new_lock()
 
 
 class _Pin(list):  # type: ignore[type-arg]
-    """A pinned task's cell, ``[None, world]``: ``[0]`` is None (the hot path misses), ``[1]``
-    its world. Made by list's own constructor (no Python frame that an interrupt could keep
-    in a traceback with the pin in it); in force while a context holds it."""
+    """A pinned task's cell, ``[None, world or None, world]``: ``[0]`` is None (a launch's
+    front entry misses), ``[1]`` what its cached lookups compare (None until a slow path sets
+    it, and while lookups bypass their caches), ``[2]`` its world. Made by list's own
+    constructor (no Python frame that an interrupt could keep in a traceback with the pin in
+    it); in force while a context holds it."""
 
     __slots__ = ("__weakref__",)
     __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a registry key
@@ -110,9 +121,14 @@ class _Pin(list):  # type: ignore[type-arg]
 _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
     "specializer_task_world", default=hot_cell
 )
-#: The hot path's read of the calling task's cell: ``task_cell()[0]`` is its world, or None
-#: where the slow path must decide (a pin, a hook, precompile mode).
+#: The hot paths' read of the calling task's cell: ``task_cell()[0]`` is its world for a
+#: launch's front entry, ``task_cell()[1]`` for a cached lookup, or None where the slow path
+#: must decide (a hook, precompile mode; for ``[0]``, a pin).
 task_cell = _task.get
+# Set here and by the slow path where unset, with the default's value: CPython caches a context
+# variable's value only where it is set, which makes the hot paths' read about 90 instructions
+# cheaper (3.11). As decimal's context, it is set lazily in the contexts that use it.
+_task.set(hot_cell)
 
 #: The pins: ``weak reference -> its world``. A pin's entry counts while the pin lives (a
 #: dead one is skipped by every reader); the reference's callback, ``_dead_pins.append`` (C
@@ -134,26 +150,53 @@ def lock() -> Any:
 
 def _publish(state: _State) -> None:
     """Publish a new snapshot (without the blocks that died). Call with :func:`lock` held.
-    hot_cell is cleared before and set after: None in between is always safe (a slow path)."""
+    hot_cell is cleared before and set after, and a bypassing state clears every pin's lookup
+    slot before it is published: None in between is always safe (a slow path)."""
     global snapshot
-    hot_cell[0] = None
-    snapshot = state._replace(blocks=_live(state.blocks))
-    hot_cell[0] = None if _bypassing(snapshot) else snapshot.latest
+    hot_cell[0] = hot_cell[1] = None
+    state = state._replace(blocks=_live(state.blocks))
+    bypass = _bypassing(state)
+    if bypass:
+        _clear_pins()
+    snapshot = state
+    hot_cell[0] = hot_cell[1] = None if bypass else snapshot.latest
+
+
+def _clear_pins() -> None:
+    # Each live pin's lookup slot to None, in C calls only: no frame holds a pin, so a
+    # traceback of an interrupt here keeps none. (A pin made meanwhile starts with None.)
+    deque(
+        map(
+            operator.setitem,
+            filter(None, map(weakref.ref.__call__, list(_pins))),
+            repeat(1),
+            repeat(None),
+        ),
+        maxlen=0,
+    )
 
 
 def refresh() -> None:
-    """Set hot_cell again if a publication was interrupted between its stores, or a block died
-    without its ``__exit__`` (the slow path calls this when it finds None and nothing needs
-    it): the state is published again, without the dead blocks."""
-    if hot_cell[0] is None and not _bypassing(snapshot):
+    """Set the calling task's cell again if a publication was interrupted between its
+    stores, a block died without its ``__exit__``, or the task's pin has no lookup world yet
+    (the slow path calls this: None where nothing needs it): the state is published again,
+    without the dead blocks, and the pin's lookup slot set to its world."""
+    if (hot_cell[0] is None or hot_cell[1] is None) and not _bypassing(snapshot):
         with _lock():
             if not _bypassing(snapshot):
                 _publish(snapshot)
+    # The pin is never bound to a name: a traceback of an interrupt here would keep it.
+    if _task.get()[1] is None and _task.get().__class__ is _Pin and not _bypassing(snapshot):
+        with _lock():  # a publication that bypasses clears it under this lock
+            if not _bypassing(snapshot):
+                _task.get()[1] = _task.get()[2]
 
 
 def settle() -> None:
     """What the slow path does first: :func:`refresh`, and, if a pin died since, release the
     code kept for it (:data:`on_unpinned`)."""
+    if _task.get(None) is None:  # unset in this context: set it (see above)
+        _task.set(hot_cell)
     refresh()
     if _dead_pins or _unreleased[0]:
         _forget_dead_pins()
@@ -188,7 +231,7 @@ def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
     # The cell is never bound to a name: a traceback of an interrupt here would keep the pin.
     if _task.get().__class__ is _Pin:
-        return _task.get()[1]  # type: ignore[no-any-return]
+        return _task.get()[2]  # type: ignore[no-any-return]
     return snapshot.latest
 
 
@@ -278,7 +321,7 @@ def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dic
     # Set, then registered before fn runs (code of its world is kept from there on): an
     # interrupt between the two ends the call before anything could copy this context, and
     # the pin dies with it. The pin dies with the last context that holds it.
-    _task.set(_Pin((None, world)))
+    _task.set(_Pin((None, None, world)))
     if _dead_pins:
         _forget_dead_pins()  # the registry holds the live pins and few dead ones
     _pins[weakref.ref(_task.get(), _dead_pins.append)] = world  # type: ignore[arg-type]
@@ -451,8 +494,9 @@ def _after_fork_in_child() -> None:
     # child's own: nothing cached in the parent (a lookup's result, a front entry) is reused
     # before a back-end has checked that its devices may be used here.
     renew_all()
-    _pins.clear()  # the parent's pinned calls are not running here
-    _dead_pins.clear()
+    # The pins stay registered (the forking thread may run in one; the others' die with
+    # their contexts), each without a lookup world until a slow path here sets it.
+    _clear_pins()
     undo_in_flight()  # a definition another thread of the parent was making
     _publish(snapshot._replace(latest=snapshot.latest + 1, forked=True))
 

@@ -344,7 +344,7 @@ def test_racing_misses_may_both_run_the_lookup_but_store_only_whole_entries_of_t
                 if res is None or res[0] != w or res[1] != key:
                     failures.add(f"round {r}: key {key!r} got {res!r}")
             # whatever was stored is whole and belongs to its own world and key
-            for ew, ek, er in cell_entries(fn.__defaults__[1]):
+            for ew, ek, er in cell_entries(fn.__defaults__[0]):
                 if er[0] != ew or er[1] != ek or ew != w:
                     failures.add(f"round {r}: torn or foreign entry ({ew}, {ek!r}, {er!r})")
     failures.check()
@@ -354,7 +354,7 @@ def test_racing_misses_may_both_run_the_lookup_but_store_only_whole_entries_of_t
     assert len(runs) <= 16 * rounds  # and no call ran it more than once
     # The keys the cell holds hit now: no lookup runs.
     before = len(runs)
-    stored = [k for _, k, _ in cell_entries(fn.__defaults__[1])]
+    stored = [k for _, k, _ in cell_entries(fn.__defaults__[0])]
     assert len(stored) == 4  # each round stored at least 5 distinct keys: the cell is full
     for key in stored:
         assert call(key)[:2] == (w, key)

@@ -9,10 +9,16 @@ interleaved rounds), for:
 - specialize: a hit of the function ``specialize(...)`` returns;
 - cached_lookup: a hit of ``cached_lookup(...)`` (which first finds that function);
 - lru_cache: ``functools.lru_cache`` on the same (F, tt, key);
-- dict+lock: a dict behind a lock, what a back-end writes by hand today.
+- dict+lock: a dict behind a lock, what a back-end writes by hand today;
+- specialize, pin elsewhere: the specialize hit while another thread runs pinned
+  (``invoke_in_world``, parked inside the call): a pin changes nothing another task reads;
+- specialize, pinned, equal world: a hit in a pinned context of an entry stored under an
+  equal world that is another int object (worlds above 256 are distinct objects), so the
+  world compares by value.
 
 Then the bars: a specialize hit at most 1.8x the floor's instructions, a cached_lookup hit
-at most 2.5x.
+at most 2.5x; the hit with a pin elsewhere at most the plain hit's; the pinned hit by value
+at most 1.5x the plain hit.
 
 ``--contended`` prints a second table instead: the floor, the specialize hit and the
 cached_lookup hit in the main thread, idle and while another thread compiles in a loop (every
@@ -31,6 +37,7 @@ column). ``--variant NAME --loops N`` runs one loop under the caller's valgrind.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import functools
 import gc
 import json
@@ -56,12 +63,14 @@ import numpy as np  # noqa: E402
 from callgrind import per_iteration, thread_dumps  # noqa: E402  # tools/callgrind.py
 
 import specializer  # noqa: E402
-from specializer import GenericFunction, cached_lookup, specialize  # noqa: E402
+from specializer import GenericFunction, bump, cached_lookup, invoke_in_world, specialize  # noqa: E402
 
 SHORT, LONG = 20_000, 220_000
 CONTENDED_LOOPS = 100_000  # hits per loop and condition under callgrind (--contended)
 CONTENDED_VARIANTS = ("empty loop", "floor", "specialize", "cached_lookup")
 BARS = {"specialize": 1.8, "cached_lookup": 2.5}  # instructions, x the floor
+#: instructions, x the specialize hit
+HIT_BARS = {"specialize, pin elsewhere": 1.0, "specialize, pinned, equal world": 1.5}
 CONTENDED_BAR = 1.2  # instructions, contended x idle
 
 
@@ -76,6 +85,21 @@ def _setup():
     tt = (np.float32,)
     key = ("context-0", ())
     result = ("kernel-handle", "state")
+
+    # An entry stored unpinned in a world above 256, then a pinned context of that world
+    # given as another int object: its hits compare the world by value.
+    while specializer.latest() <= 300:
+        bump()
+    old = specializer.latest()
+
+    def lookup_old():
+        return result
+
+    fn_old = specialize(lookup_old, tuple, kernel, tt, type(key))
+    fn_old(key, lookup_old)  # stored under the very object latest() returns
+    bump()
+    pinned = invoke_in_world(int(str(old)), contextvars.copy_context)
+    assert pinned.run(specializer.current) == old and pinned.run(specializer.current) is not old
 
     def lookup():
         return result
@@ -128,6 +152,29 @@ def _setup():
         for _ in range(n):
             dict_lock(F, tt, key)
 
+    def loop_pin_elsewhere(n):
+        held, release = threading.Event(), threading.Event()
+
+        def parked():
+            held.set()
+            release.wait()
+
+        t = threading.Thread(target=invoke_in_world, args=(old, parked), daemon=True)
+        t.start()
+        held.wait()
+        try:
+            loop_specialize(n)
+        finally:
+            release.set()
+            t.join()
+
+    def loop_old(n):
+        for _ in range(n):
+            fn_old(key, lookup_old)
+
+    def loop_pinned_equal(n):
+        pinned.run(loop_old, n)
+
     return {
         "empty loop": loop_empty,
         "floor": loop_floor,
@@ -135,6 +182,8 @@ def _setup():
         "cached_lookup": loop_cached_lookup,
         "lru_cache": loop_lru,
         "dict+lock": loop_dict_lock,
+        "specialize, pin elsewhere": loop_pin_elsewhere,
+        "specialize, pinned, equal world": loop_pinned_equal,
     }
 
 
@@ -413,6 +462,13 @@ def main() -> None:
             print(f"  {name} hit: {r:.3f} (at most {limit}: {_holds(r, limit)})")
         else:
             print(f"  {name} hit: not measured (at most {limit})")
+    print("\nbars (instructions, x the specialize hit):")
+    for name, limit in HIT_BARS.items():
+        if insns:
+            r = (insns[name] - base_i) / (insns["specialize"] - base_i)
+            print(f"  {name}: {r:.3f} (at most {limit}: {_holds(r, limit)})")
+        else:
+            print(f"  {name}: not measured (at most {limit})")
 
 
 if __name__ == "__main__":
