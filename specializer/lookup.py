@@ -126,16 +126,10 @@ def _miss(spec: _Spec, key: Any, lookup: Callable[[], Any]) -> Any:
 
 
 def _put(cell: list[tuple[Any, ...]], w: int, key: Any, result: Any) -> None:
-    """Store (w, key, result) among the cell's entries, dropping the one it replaces (the same
-    world and key, compared as a hit compares them) and the oldest: in front, unless the newest
-    entry is of the latest world and this one of another (a pinned task's miss), which goes
-    second, so that a pin never moves another task's entry out of the hit's first check."""
+    """Store (w, key, result) in front of the cell's entries, dropping the one it replaces
+    (the same world and key, compared as a hit compares them) and the oldest."""
     kept = [e for e in _entries(cell) if not (e[0] == w and (e[1] is key or e[1] == key))]
-    new = (w, key, result)
-    if kept and kept[0][0] == _world.latest() and kept[0][0] != w:
-        _store(cell, [kept[0], new, *kept[1:]])
-    else:
-        _store(cell, [new, *kept])
+    _store(cell, [(w, key, result), *kept])
 
 
 def forget_key(part: Any) -> None:

@@ -200,20 +200,3 @@ def test_a_pin_made_while_a_hook_is_active_does_not_hit_until_the_hook_ends():
         assert [ctx.run(fn, "k", lookup) for _ in range(3)] == [(old,)] * 3
         assert len(calls) == 4
     assert [ctx.run(fn, "k", lookup) for _ in range(3)] == [(old,)] * 3 and len(calls) == 4
-
-
-def test_a_pinned_tasks_miss_leaves_an_unpinned_tasks_entry_first():
-    """A pin changes nothing another task's hits cost: a pinned task's miss on the same
-    lookup files its older world's entry behind the newest entry of the latest world."""
-    fn, lookup, calls = _site("pinned_miss_behind")
-    old = latest()
-    bump()
-    assert fn("k", lookup) == (latest(),)
-    assert invoke_in_world(old, fn, "k", lookup) == (old,) and len(calls) == 2
-    cell = fn.__defaults__[0]
-    assert cell[0][:2] == (latest(), "k")  # the unpinned hit's first check still finds it
-    assert cell[1][:2] == (old, "k")
-    assert [fn("k", lookup) for _ in range(3)] == [(latest(),)] * 3
-    assert invoke_in_world(old, fn, "k", lookup) == (old,) and len(calls) == 2
-    fn("k2", lookup)  # an unpinned miss still goes in front
-    assert cell[0][:2] == (latest(), "k2") and cell[1][:2] == (latest(), "k")
