@@ -13,15 +13,12 @@ def opencl_entry_Image_Sampler_Array_np_float32(
     _ctx = linked.context_ptr
 
     def bind(miss, _w, _where, _kw, _F, _other, _next, _options):
-        # The entry, bound as a kernel's front entry to the world, where and compiler kwargs
-        # of the lookup it holds and weakly to its kernel or kernel instance type (_F: a
-        # where's table keeps entries, not kernels): a launch for another where goes to the
-        # kernel's entry there (_other), arguments of other types to _next, the entry this
-        # one replaced (None: none), anything else to miss. With _w None and _where _NOTHING
-        # (no where) it goes on at once (a front entry pays no test for it): a HostKernel's
-        # binding (miss: its mismatch) and the slow path's (miss None). What only those paths
-        # use is one tuple, _cold: CPython copies each variable a closure reads into its
-        # frame on every call.
+        # A front entry: bound to the world, where and compiler kwargs of its lookup, and
+        # weakly to its kernel (_F). Another where goes to _other, other argument types to
+        # _next (the entry it replaced), anything else to miss. With _w None it goes on at
+        # once: a HostKernel's binding (miss: its mismatch) and the slow path's (miss None).
+        # What only those paths use is one tuple, _cold: CPython copies each variable a
+        # closure reads into the frame on every call.
         _cold = (miss, _other, _next)
 
         def entry(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):

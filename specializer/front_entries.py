@@ -1,13 +1,11 @@
 """A kernel's front entries as a miss sees them: the chain its newest entry keeps, and the
 guards of an entry checked against the arguments of the launch that missed.
 
-A new entry for the same world, where and compiler kwargs as the one it replaces calls that
-one next (its ``_next``) when a launch's arguments fail its guards, up to :data:`CHAIN`
-entries: argument types that alternate do not miss. The newest entry also keeps, as its
-``alternates``, up to ``CHAIN - 1`` entries of its world and where for other compiler kwargs,
-each with its own chain, which a miss tries (:func:`alternate`) before the slow path: kwargs
-that alternate do not miss either. Only the newest keeps any, so they do not pile up. See
-:mod:`specializer.launching` and ``docs/reference-backend.md`` ("Cached state", "Costs").
+A new entry for the world, where and compiler kwargs of the one it replaces calls that one
+next when the arguments fail its guards, up to :data:`CHAIN` entries (argument types that
+alternate do not miss). The newest entry also keeps, as ``alternates``, up to ``CHAIN - 1``
+entries for other compiler kwargs, which a miss tries first (kwargs that alternate do not
+miss either). See ``docs/reference-backend.md`` ("Cached state").
 """
 
 from __future__ import annotations
@@ -32,9 +30,8 @@ class Tried(dict):  # type: ignore[type-arg]
 
 
 def alternate(newest: Any, w: int, lifted: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-    """The entry that ``newest`` (a kernel's newest front entry, or None) keeps for world
-    ``w`` and these compiler kwargs (``lifted``: the lifted ones' values, ``kw`` the others),
-    or None. The entry checks the rest (the where, the arguments) itself."""
+    """The entry ``newest`` keeps for world ``w`` and these compiler kwargs, or None; the
+    entry checks the where and the arguments itself."""
     for entry in getattr(newest, "alternates", ()):
         made = entry.chain
         if made[0] == w and made[3] == lifted and made[2] == kw:
@@ -45,10 +42,9 @@ def alternate(newest: Any, w: int, lifted: tuple[Any, ...], kw: dict[str, Any]) 
 def new_entry(
     front: Any, prev: Any, F_ref: Any, other: Any, w: Any, where: Any, kw: Any, lifted: Any
 ) -> Any:
-    """A new front entry from ``front`` (the maker :meth:`Launcher.bound` gives) for world
-    ``w``, ``where`` and frozen kwargs ``kw`` (``lifted``: the lifted ones), in the place of
-    ``prev`` (the kernel's newest entry for that where, or None): chained to the entry of
-    the same kwargs it replaces, keeping those of other kwargs. ``prev`` then keeps none."""
+    """A new front entry from ``front`` in the place of ``prev`` (the kernel's newest, or
+    None): chained to the entry of the same kwargs it replaces, keeping those of other
+    kwargs. ``prev`` then keeps none."""
     made = getattr(prev, "chain", None)
     same: Any = None
     depth, alternates = 0, ()
@@ -70,15 +66,10 @@ def new_entry(
 
 
 def guards_pass(launcher: Launcher, args: tuple[Any, ...], front: Any) -> bool:
-    """Whether the launch arguments ``args`` pass the core's guards (kinds "cls" and
-    "cls_dtype") of the entries ``front`` makes, checked in Python from the guards the
-    entries' globals hold (``_GUARDS``). A value of another class than its guard's (a
-    subclass, an ``IntEnum`` for ``Weak[int]``; a pooled buffer for a raw buffer) does not:
-    a guard compares classes by identity, and a template may rely on the exact class
-    (OpenCL's argument-set records keep exact numpy scalars only), so each such launch takes
-    the slow path. A ``guard_of`` that returns a class no value has (an argument type:
-    ``Weak[int]`` for int) or a dtype other than the argument's would make every launch take
-    it: a ``TypeError`` naming ``guard_of`` and the type."""
+    """Whether ``args`` pass the core's guards of the entries ``front`` makes. A value of a
+    subclass (an ``IntEnum`` for ``Weak[int]``) does not: guards compare classes by
+    identity, so such a launch takes the slow path. A ``guard_of`` giving a class or dtype
+    no argument has, which would make every launch miss, is a ``TypeError`` naming it."""
     passed = True
     guards = front.func.__globals__["_GUARDS"]  # (front: a partial of the generated bind)
     for a, (t, kind, cls, dtype) in zip(args, guards):

@@ -15,10 +15,9 @@ __all__ = ["DeviceUse", "HostKernel", "HostKernelType"]
 
 
 class HostKernelType(type):
-    """The class of every HostKernel class: ``isinstance(hk, cls)`` holds for the HostKernels
-    that ``cls`` (or a subclass) made, each a bound method of its generated call whose
-    ``__self__`` is an instance of ``cls``. Each HostKernel class gets, when it is made, its
-    back-end's record of device use (:class:`DeviceUse`)."""
+    """The class of every HostKernel class: ``isinstance(hk, cls)`` holds for the bound
+    methods whose ``__self__`` is an instance of ``cls``. Each class gets its own
+    :class:`DeviceUse`."""
 
     device_use: DeviceUse
 
@@ -33,10 +32,9 @@ class HostKernelType(type):
 
 
 class DeviceUse:
-    """A back-end's record of device use in this process (Launcher.check_fork): ``pid``, the
-    process that used the device (None: none yet), and ``fork``, the one cell every HostKernel
-    call of the back-end reads: ``[None]``, or in a fork of that process ``[the fork check]``,
-    stored by the fork handler (one store; no class is patched)."""
+    """A back-end's record of device use: ``pid``, the process that used the device (or
+    None), and ``fork``, the cell every HostKernel call reads: ``[None]``, or in a fork's
+    child ``[the fork check]`` (one store; no class is patched)."""
 
     __slots__ = ("fork", "pid")
 
@@ -49,13 +47,11 @@ class HostKernel(metaclass=HostKernelType):
     """A kernel looked up for argument types ``tt`` in one *where* (a queue, a context), ready
     to call like ``launch`` without the kernel: ``hk(*args, <launch options>)``.
 
-    What a lookup returns is its generated call, one Python function of its own, bound as a
-    method to an instance of this class: a call costs one frame before the signature's
-    entry, and ``isinstance(hk, HostKernel)`` holds (through :class:`HostKernelType`). Its
-    attributes are plain values, read through the call: ``f``, the live kernel or kernel
-    instance (whose captured values come first on every call), ``tt``, ``linked``, the
-    lookup's result, and ``where``; a back-end's subclass sets more in ``__init__``. It runs
-    the lookup it was made from in any world (SPEC 7), and cannot be pickled.
+    A lookup returns its generated call bound as a method to an instance of this class (one
+    frame before the signature's entry; ``isinstance`` holds). Attributes: ``f``, the kernel
+    or kernel instance, ``tt``, ``linked`` (the lookup's result) and ``where``; a back-end's
+    subclass sets more in ``__init__``. It runs its lookup's code in any world (SPEC 7) and
+    cannot be pickled.
     """
 
     f: Any

@@ -1,14 +1,7 @@
 """The launch path, written once for every back-end: ``launch``, the ``clfunction``-style
 lookup and the ``HostKernel`` call, generated per signature from ``templates/entry.py.j2``.
-
-The back-end interface's one reference (every member of :class:`Launcher`, every template
-block, what the core gives a back-end and does for it, and the cached state around a launch)
-is ``docs/reference-backend.md``, "The launch path". ``tests/pybackend.py`` (with
-``tests/templates/python_entry.py.j2``) is a complete minimal back-end built on it. Split by
-concept: where tables and ``forget`` in :mod:`specializer.where_tables`, the chain of front
-entries and the guard check of a miss in :mod:`specializer.front_entries`, launch options and
-their errors in :mod:`specializer.launch_options`, the checks of an entry template in
-:mod:`specializer.entry_templates`.
+The interface's reference is ``docs/reference-backend.md``; ``tests/pybackend.py`` is a
+complete minimal back-end built on it.
 """
 
 from __future__ import annotations
@@ -64,10 +57,8 @@ _WHERE_TRIES = 8
 _NAME_LIMIT = 88
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = _options.NOTHING
-#: the default of a "required" launch option in the generated signatures: a launch that
-#: misspells one (``global_sise=``) reaches the slow path, which names the misspelling,
-#: rather than Python's "missing 1 required keyword-only argument" (a default costs a call
-#: that gives the option nothing)
+#: the default of a "required" launch option: a launch that misspells one (``global_sise=``)
+#: reaches the slow path, which names the misspelling
 REQUIRED: Any = _options.REQUIRED
 
 
@@ -147,12 +138,8 @@ class Launcher:
         )
 
     def _own_attrs(self, definitions: Definitions) -> None:
-        """Take this launcher's attributes of the definitions' kernels and wheres (a kernel's
-        front entry, a where's table): the class's ``front_attr`` and ``where_attr``, or, where
-        another launcher in this process has them (over these definitions or any other's),
-        the same names numbered (``_2``, ``_3``...), so that two launchers never run each
-        other's entries: a kernel of other definitions has no entry under this launcher's
-        name, and its launch takes the slow path, which refuses it by name."""
+        """Take ``front_attr`` and ``where_attr``, numbered (``_2``...) where another launcher
+        of this process has them, so two launchers never run each other's entries."""
         global _TAKEN_ATTRS
         with _ATTRS_LOCK():
             taken = _TAKEN_ATTRS
@@ -181,11 +168,10 @@ class Launcher:
     def kinds(
         self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
     ) -> tuple[list[str], list[str], dict[str, Any]]:
-        """For lookup types ``tt`` and the concrete types they took (``resolved``), both with
-        the ``ncaptured`` captured ones first: the guard of each launch argument (one per
-        ``tt[ncaptured:]``), the back-end's kind of each parameter (one per ``tt``), and the
-        globals its template needs besides ``_C<i>``/``_D<i>``. Made once per signature and
-        shared by every kernel of it: nothing in it may be one kernel's."""
+        """For lookup types ``tt`` and their concrete types ``resolved`` (captured ones
+        first): the guard of each launch argument, the kind of each parameter, and the
+        template's other globals. Shared by every kernel of the signature: nothing in it may
+        be one kernel's."""
         raise NotImplementedError
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
@@ -195,8 +181,7 @@ class Launcher:
     # -- the core ---------------------------------------------------------------------------
 
     def argtypes(self, args: tuple[Any, ...], F: Any = None) -> tuple[type, ...]:
-        """``typeof`` of each argument; an error names the argument's position (and the
-        kernel ``F``)."""
+        """``typeof`` of each argument; an error names its position (and the kernel ``F``)."""
         typeof = self.typeof
         try:
             return tuple(map(typeof, args))
@@ -212,9 +197,8 @@ class Launcher:
         return tuple(out)
 
     def tt_of(self, tt: Any, what: str | None = None) -> tuple[type, ...]:
-        """Argument types as given to a lookup: a tuple (or sequence) of types, with Python's
-        ``int``, ``float`` and ``bool`` standing for their weak types. ``what`` names the
-        function given them in errors (default: the back-end's lookup)."""
+        """A lookup's argument types (``int``, ``float``, ``bool`` standing for their weak
+        types); ``what`` names the function given them in errors."""
         what = self.lookup_name if what is None else what
         if isinstance(tt, type) or not isinstance(tt, (tuple, list)):
             raise TypeError(
@@ -233,11 +217,9 @@ class Launcher:
         return tuple(out)
 
     def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
-        """``(run, front, host, where_of)`` of lookup types ``tt`` for ``linked`` (made once):
-        the slow path's launch (``run(f, args, *options)``), the maker of front entries, the
-        maker of a HostKernel's call (``host(f, where)``), and what the `where` block gives
-        for given launch options. All but ``where_of`` are bindings of the signature's one
-        generated entry (``bind``, ``templates/entry.py.j2``)."""
+        """``(run, front, host, where_of)`` for ``linked`` and ``tt``, made once: the slow
+        path's launch, the maker of front entries, the maker of a HostKernel's call, and the
+        `where` block; the first three bind the signature's one generated entry."""
         instance = not isinstance(F, Kernel)
         # keyed on this launcher too: what it holds calls this launcher's miss and reads its
         # globals (a linked kernel is shared by the launchers over one definitions)
@@ -345,10 +327,8 @@ class Launcher:
         }
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        """A launch that its front entry does not hold: an entry of the kernel's chain for
-        other compiler kwargs if one holds it (:mod:`specializer.front_entries`), else the
-        slow path: type
-        the arguments, look up, publish a new front entry, launch. ``opts`` are the launch
+        """A launch its front entry does not hold: another entry of the kernel's chain, else
+        the slow path (type, look up, publish a front entry, launch). ``opts``: the launch
         options, then the lifted compiler kwargs (``NOTHING`` where not given)."""
         F = self.definitions.kernel_type(f)
         n = len(self.options)
@@ -388,22 +368,18 @@ class Launcher:
 
     @property
     def misses(self) -> int:
-        """How many launches took the slow path (typed their arguments and ran the cached
-        lookup): what a test counts to see that launches hit."""
+        """How many launches took the slow path: what a test counts to see launches hit."""
         return self._misses
 
     def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        """What a miss checks of a launch's arguments (and ``f``'s captured values) against
-        its where (``resolve``'s), before anything else; what a front entry for the same
-        where and argument types need not check again. Default: nothing."""
+        """What a miss checks of the arguments (and captured values) against the where,
+        first; a front entry for that where and those types need not. Default: nothing."""
 
     def _recognized(self, where: Any, given: tuple[Any, ...], where_of: Callable[..., Any]) -> bool:
-        """Whether a front entry for ``where`` would recognize a launch given options
-        ``given``: the `where` block gives what :meth:`resolve` gave. A block that reads a
-        default (a queue, a context) reads it again here, so a change of that default by
-        another thread since the launch's one read (``resolve``) may show: then the block
-        and ``resolve`` are asked again together, and a back-end is refused only when they
-        never agree; a launch that raced with such a change publishes no entry."""
+        """Whether the `where` block gives what :meth:`resolve` gave for ``given``. Another
+        thread may change a default between the two reads: then both are asked again, and
+        the back-end is refused only when they never agree (a racing launch publishes no
+        entry)."""
         entry_where = where_of(*given)
         if entry_where is where:
             return True
@@ -443,23 +419,18 @@ class Launcher:
             setattr(F, self.front_attr, held)
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        """The *where table* of ``where``: what the core keeps for one where (a kernel's front
-        entry for it, by kernel token: it keeps no kernel), owned by the where so that it goes
-        with it. By default a
-        dict in the where's own ``__dict__`` under ``where_attr``, made on first use (or not,
-        when ``make`` is false: then None); None when the back-end has no ``where_attr`` or
-        the where has no ``__dict__``. A back-end whose wheres cannot carry one may override
-        this with a table that lives exactly as long as the where."""
+        """The *where table* of ``where`` (what remakes a kernel's front entry for it, by
+        kernel token), living exactly as long as the where. Default: a dict in the where's
+        ``__dict__`` under ``where_attr``, made unless ``make`` is false; None where there is
+        none. A back-end whose wheres cannot carry one overrides this."""
         name = self.where_attr
         d = None if name is None else getattr(where, "__dict__", None)
         return None if d is None or name is None else table_in(d, name, make)
 
     def _make_other(self) -> Callable[[Any, Any], Any]:
-        """``other(F, where)``: a front entry of ``F`` for ``where`` made again from what the
-        where's table keeps (the entry's maker and what it was bound to, but the where),
-        or None; what a front entry calls when a launch comes for another where. It becomes
-        the kernel's newest (so the newest is of the where launched on last, and a where the
-        user dropped is not held by it after a launch elsewhere)."""
+        """``other(F, where)``: ``F``'s front entry for ``where`` made again from the where's
+        table, or None; it becomes the kernel's newest, so only the where launched on last is
+        held."""
         attr, table_of, instance = self.front_attr, self.where_table, staticmethod
 
         def other(F: Any, where: Any) -> Any:
@@ -478,8 +449,7 @@ class Launcher:
         self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: Any
     ) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have its types
-        after all (a numpy scalar subclass, an equal dtype), else say which types it takes.
-        ``opts``: the launch options, then the lifted compiler kwargs (not given)."""
+        after all (a numpy scalar subclass, an equal dtype), else say which it takes."""
         F = self.definitions.kernel_type(f)
         tt = self.argtypes(args, F)
         b = linked.bound.get((self.front_attr, tt, F is not f))
@@ -493,10 +463,8 @@ class Launcher:
         )
 
     def _lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
-        """The cached lookup; a user's error in it (no method, an ambiguity, code that does not
-        build, a method body that raised or returned no source, a back-end's error marked
-        with :func:`specializer.compiler.users_error`) is raised with the traceback
-        from here on (and the body's own frames), not the library's frames between."""
+        """The cached lookup; a user's error in it is raised without the library's frames
+        between here and the method body's own."""
         try:
             return self.site.lookup(F, tt, key)
         except Exception as e:
@@ -508,13 +476,10 @@ class Launcher:
             raise
 
     def check_fork(self) -> None:
-        """Record that this process uses the back-end's device, or raise the fork error in a
-        fork of the process that did (SPEC 9): the back-end's one record of device use. The
-        core calls it on a miss and a lookup (a fork has a world of its own, so its front
-        entries miss), a back-end from each of its queue, context and array helpers. A fork
-        of a process that never used the device may, and is then the one that uses it. The
-        record is the ``host_class``'s (:class:`DeviceUse`): launchers of one back-end (one
-        HostKernel class) share it, as they share the device."""
+        """Record that this process uses the device, or raise the fork error in a fork of
+        the process that did (SPEC 9). Called on a miss and a lookup, and by a back-end's
+        queue, context and array helpers. The record is the ``host_class``'s, shared by the
+        launchers of one back-end as they share the device."""
         pid = os.getpid()
         use = self.host_class.device_use
         if use.pid is None:
@@ -525,10 +490,8 @@ class Launcher:
             _world.check_fork(f"specializer's {self.name} back-end")
 
     def _refuse_host_kernels(self) -> None:
-        """In a fork of this back-end's user: every HostKernel here is the parent's, and its
-        call now raises the fork error. One store into the cell each call reads (``fork[0]``:
-        None until then), nothing patched. A ``host_class`` shared by two back-ends would
-        share their record too: each back-end here has its own."""
+        """In a fork of this back-end's user, every HostKernel call raises the fork error:
+        one store into the cell each call reads, nothing patched."""
         self.host_class.device_use.fork[0] = self.check_fork
 
     def unknown(self, kw: dict[str, Any]) -> None:
@@ -542,15 +505,13 @@ class Launcher:
         )
 
     def keyword_error(self, unknown: Iterable[str]) -> TypeError:
-        """The error for a launch given keywords ``unknown`` that are neither launch nor
-        compiler options: each named, with the nearest option when one is close, and both
-        lists (SPEC 8). A back-end's ``key`` may raise it too."""
+        """The error naming keywords that are neither launch nor compiler options, with the
+        nearest valid one (SPEC 8); a back-end's ``key`` may raise it too."""
         return keyword_error(self, unknown)
 
     def function(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
-        """The lookup of ``f`` (a kernel or kernel instance) for types ``tt`` in a where
-        (``where_opt`` is the launch option that selects it), as a new HostKernel made from
-        the cached lookup's result: nothing but that lookup is kept."""
+        """The lookup of ``f`` for types ``tt`` in the where ``where_opt`` selects, as a new
+        HostKernel around the cached lookup's result."""
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
         self.check_fork()
@@ -571,8 +532,7 @@ class Launcher:
 
 
 def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:
-    """``front`` and ``where``, or the first pair of them numbered (``_2``, ``_3``...) that
-    no other launcher has taken."""
+    """``front`` and ``where``, numbered (``_2``...) until no launcher has taken them."""
     n = 1
     f, w = front, where
     while f in taken or (w is not None and w in taken):

@@ -1,43 +1,24 @@
 """``cached_lookup``: a per-launch kernel lookup that costs a load and a couple of comparisons.
 
-Back-ends wrap their lookup (dispatch, config, compiled-code cache, per-context
-handle) in it. It remembers the result per (call site, F, tt, key type, V) and
-reuses it while the task's world and the key are the same.
+Back-ends wrap their lookup (dispatch, config, compiled-code cache, per-context handle) in it.
+It remembers the result per (call site, F, tt, key type, V) and reuses it while the task's
+world and the key are the same.
 
-Each such tuple gets its own function, rendered from ``templates/lookup.py.j2`` and
-exec'd on first use. Its cache is one cell (a two-item list) bound once as a default and
-never rebound: ``cell[0]`` holds the newest (world, key, result) entry, ``cell[1]`` the three
-older ones, each an immutable tuple replaced whole by one store on a miss. A hit therefore
-takes no lock, hashes nothing and allocates nothing: a reader sees old or new tuples, never a
-torn entry (at worst an entry twice, between a miss's two stores). The hit reads the task's
-world once (a context-variable read: a pin or a miss elsewhere changes nothing it reads);
-the newest entry, stored under that very world object, is one unpacking and two identity
-checks away; worlds and keys then compare by value (a pin's world may be another int).
+Each such tuple gets its own function, rendered from ``templates/lookup.py.j2`` and exec'd on
+first use. Its cache is one cell (a two-item list) bound once as a default and never rebound:
+``cell[0]`` holds the newest (world, key, result) entry, ``cell[1]`` the three older ones, each
+an immutable tuple replaced whole by one store. A hit takes no lock, hashes nothing and
+allocates nothing: a reader sees old or new tuples, never a torn entry (at worst an entry
+twice, between a miss's two stores). Worlds and keys compare by value after identity.
 
-Why the world must match exactly: code that is still *valid* in the current
-world is not enough. After compiling ``f(::Number)`` for an int, adding
-``f(::Int)`` leaves that code valid, but the call now dispatches to the new
-method. In another world the lookup runs again, and normally finds the compiled
-code in the compiled-code cache.
+Why the world must match exactly: after compiling ``f(::Number)`` for an int, adding
+``f(::Int)`` leaves that code valid, but the call now dispatches to the new method.
 
-Lifetime of a call site. A site is its code object, so a notebook cell that is re-run,
-or a module that is reloaded, makes new sites. The specialized functions of a site (and
-the results in their cells) are kept while its code object lives, and released when it
-is gone: each site's code is held by a weak reference whose callback drops its entries.
-(A code object lives as long as the function or module code that holds it, so the site
-of a lambda in a long-lived function lives as long as that function.) The released
-functions' records move to :func:`specializer.generated_sources`' bounded history of
-released ones; generated names are never reused, so a dump never holds two files of one
-name.
-
-Lifetime of an ``F``. The index holds ``F`` by its ``id``, never by reference: a kernel
-(or kernel instance type) that takes weak references is held weakly, and its specialized
-functions, with the results in their cells, are released when it is gone (a kernel factory's
-dropped product); an ``F`` that takes none (a string, a tuple) is kept while a site that
-specialized on it lives. An ``F`` that has a table of its own (:data:`OWN`: a generic
-function has one, and so has each kernel instance type) also keeps its specialized functions
-in it, keyed without itself: ``cached_lookup`` finds them there, with no ``id`` of ``F`` to
-take, and they go with ``F``.
+Lifetimes (docs/design.md, the cache map): a site is its code object, and its functions
+are released when the code is gone; the index holds ``F`` by ``id``, weakly where it can
+(a kernel factory's dropped product is released), else one object per value, while a site
+of it lives. An ``F`` with a table of its own (:data:`OWN`) also keeps its functions there,
+where ``cached_lookup`` finds them without taking an ``id``.
 """
 
 from __future__ import annotations
@@ -88,9 +69,8 @@ def _entries(cell: list[tuple[Any, ...]]) -> list[tuple[Any, Any, Any]]:
 
 
 def _store(cell: list[tuple[Any, ...]], entries: list[tuple[Any, Any, Any]]) -> None:
-    """Make ``entries`` (most recent first; the first :data:`ENTRIES` kept) the cell's. The
-    older ones are stored first, so a hit between the two stores sees an entry twice at
-    worst, never one that is not the cell's."""
+    """Make ``entries`` (most recent first) the cell's. The older ones are stored first, so
+    a hit between the two stores sees an entry twice at worst, never a foreign one."""
     kept = [tuple(e) for e in entries[:ENTRIES]]
     kept += [_EMPTY] * (ENTRIES - len(kept))
     cell[1] = tuple(x for e in kept[1:] for x in e)
@@ -133,11 +113,9 @@ def _put(cell: list[tuple[Any, ...]], w: int, key: Any, result: Any) -> None:
 
 
 def forget_key(part: Any) -> None:
-    """``part`` of lookup keys is gone for good (a dropped context's token): drop every cached
-    result whose key is ``part`` or a tuple holding it, so no cell keeps what was looked up
-    for it. Safe from a finalizer in any thread: it takes no lock (a cell is replaced whole;
-    racing a miss's store can only keep an entry no key finds again, or lose one a later
-    miss stores again: a cache, never a wrong result)."""
+    """``part`` of lookup keys is gone for good (a dropped context's token): drop every
+    cached result whose key is ``part`` or a tuple holding it. Takes no lock (it runs from
+    finalizers): racing a miss can only keep an entry no key finds, or lose one."""
 
     def named(k: Any) -> bool:
         return k is part or (k.__class__ is tuple and any(x is part for x in k))
@@ -153,31 +131,24 @@ def forget_key(part: Any) -> None:
 _Ident = tuple[int, int, tuple[type, ...], type, type]
 
 _specializations: dict[_Ident, FunctionType] = {}
-#: Per call site (``id`` of its code object): a weak reference to the code, whose callback
-#: releases the site's specialized functions (and so their cached results) when the code is
-#: gone, and the keys of those functions in ``_specializations``. Keyed by ``id``, which stays
-#: unique: the callback runs before the code's memory can be reused.
+#: Per call site (``id`` of its code): a weak reference whose callback releases the site's
+#: functions, and their keys. The ``id`` stays unique: the callback runs before reuse.
 _sites: dict[int, tuple[Any, dict[_Ident, None]]] = {}
-#: Per ``F`` (``id``), the same: a weak reference to it (or ``F`` itself where it takes none,
-#: released with its last site), and the keys specialized on it.
+#: Per ``F`` (``id``), the same (``F`` itself where it takes no weak reference).
 _owners: dict[int, tuple[Any, dict[_Ident, None]]] = {}
-#: One object per value of an ``F`` that takes no weak reference (a str, a tuple): the index
-#: files ``F`` by ``id``, so equal values must be one object. Held while a site of it lives.
+#: One object per value of an ``F`` that takes no weak reference: equal values, one ``id``.
 _values: dict[Any, Any] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
 _lock = new_lock()
 
-#: The attribute of an ``F`` that holds its own table of specialized functions, (``id`` of the
-#: site's code, tt, key type, V) -> (the function's cell, the function): a dict in the
-#: instance's own ``__dict__`` (a generic function's), or in a class's own namespace (a kernel
-#: instance type, which no class may subclass: a subclass would find its base's table).
+#: The attribute of an ``F`` holding its own table, (``id`` of the code, tt, key type, V) ->
+#: (cell, function): in an instance's ``__dict__`` or a final class's own namespace.
 OWN = "_specializer_lookups"
 
 
 def _own_table(F: Any) -> dict[Any, Any] | None:
-    """``F``'s own table of specialized functions (never one inherited), or None. (An
-    instance's is read as an attribute its class lacks, not through its ``__dict__``, which
-    reading would make a dict of its own and so slow each attribute read of it.)"""
+    """``F``'s own table (never one inherited), or None. An instance's is not read through
+    ``__dict__``, which would materialize a dict and slow its attribute reads."""
     if isinstance(F, type):
         table = F.__dict__.get(OWN)
     else:
@@ -189,10 +160,8 @@ def _release(
     index: dict[int, Any], other: dict[int, Any], part: int, at: int, ref: Any = None
 ) -> None:
     """A site's code (``index`` is ``_sites``) or an ``F`` (``_owners``) is gone: drop its
-    specialized functions, and their keys from the ``other`` index's entries (``ident[at]``
-    names them; one left with none that holds its object strongly goes too). Takes no lock
-    (it may run from the garbage collector in a thread that holds one): each pop is atomic,
-    each walk is of a copy, and nothing adds keys for a dead object."""
+    functions, and their keys from ``other``. Takes no lock (the garbage collector may run
+    it in a thread that holds one): each pop is atomic and each walk is of a copy."""
     entry = index.get(part)
     if entry is None or (ref is not None and entry[0] is not ref):
         return
@@ -216,9 +185,8 @@ def _release(
 def _register(
     index: dict[int, Any], other: dict[int, Any], obj: Any, at: int, ident: _Ident
 ) -> None:
-    """File ``ident`` under ``obj`` in ``index`` (``ident[1 - at]`` is ``id(obj)``): weakly,
-    with a callback that releases what was specialized on it, where ``obj`` takes weak
-    references; strongly otherwise. Call with ``_lock`` held."""
+    """File ``ident`` under ``obj`` in ``index``: weakly, with a releasing callback, where
+    ``obj`` takes weak references; strongly otherwise. Call with ``_lock`` held."""
     entry = index.get(id(obj))
     if entry is None:
         try:
@@ -231,8 +199,7 @@ def _register(
 
 
 def _one_per_value(F: Any) -> Any:
-    """``F`` itself where it takes a weak reference (a kernel, a class: it is its own key);
-    otherwise the one object kept for its value (raises ``TypeError`` if it is unhashable)."""
+    """``F`` where it takes a weak reference, else the one object kept for its value."""
     hash(F)
     try:
         weakref.ref(F)
