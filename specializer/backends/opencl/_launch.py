@@ -15,28 +15,13 @@ import pyopencl.array as cla
 
 from ... import launching
 from ...compiler import CompilerConfig
-from ...kernels import (
-    Kernel,
-    KernelInstance,
-    uncached_lookup,
-)
-from ...types import (
-    Struct,
-    WeakScalar,
-    resolve_weak,
-)
+from ...kernels import Kernel, KernelInstance, uncached_lookup
+from ...types import Struct, WeakScalar, resolve_weak
 from . import _queues
 from ._args import _GUARD_CLASS, Array, LocalMemory, Sampler, _ArgType, _c_type, _packer
 from ._decorators import _definitions
-from ._program import (
-    _FAILURES,
-    LinkedKernel,
-    OpenCLBackend,
-    _bad_array,
-    _failed,
-    _nothing,
-    _size_error,
-)
+from ._failures import _FAILURES, _bad_array, _failed, _size_error
+from ._program import LinkedKernel, OpenCLBackend, _nothing
 from ._queues import _ContextKey, _default_queue, _key, default_queue, queue_tables
 from ._sizes import _sizes
 
@@ -81,9 +66,7 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
 
 def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
     """A queue given to a HostKernel call: it must be in the context the kernel was built in."""
-    if not isinstance(queue, cl.CommandQueue):
-        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    if _key(queue)[0] is not linked.ck:
+    if _key(queue)[0] is not linked.ck:  # (_key refuses what is not a queue)
         raise ValueError(
             f"kernel {linked.name} was looked up in {linked.context!r}, but the queue is in "
             f"{queue.context!r}: look it up with clfunction(f, tt, queue=queue)"
@@ -177,10 +160,7 @@ class _OpenCLLauncher(launching.Launcher):
             return "cls_dtype", cla.Array, t.dtype
         if isinstance(t, type) and issubclass(t, Struct):
             return "cls_dtype_0d", np.void, t.dtype
-        cls = _GUARD_CLASS.get(t)
-        if cls is not None:
-            return "cls", cls, None
-        return "cls", t, None
+        return "cls", _GUARD_CLASS.get(t, t), None
 
     def kinds(
         self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
