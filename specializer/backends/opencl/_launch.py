@@ -66,7 +66,9 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
 
 def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
     """A queue given to a HostKernel call: it must be in the context the kernel was built in."""
-    if _key(queue)[0] is not linked.ck:  # (_key refuses what is not a queue)
+    if not isinstance(queue, cl.CommandQueue):
+        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+    if _key(queue)[0] is not linked.ck:
         raise ValueError(
             f"kernel {linked.name} was looked up in {linked.context!r}, but the queue is in "
             f"{queue.context!r}: look it up with clfunction(f, tt, queue=queue)"
