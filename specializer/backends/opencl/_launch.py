@@ -1,6 +1,5 @@
 """The launch path: the compiler keyword arguments' configs, ``HostKernel``, the launcher, the
-cached lookup (``clfunction``) and ``launch``.
-"""
+cached lookup (``clfunction``) and ``launch``."""
 
 from __future__ import annotations
 
@@ -81,16 +80,13 @@ class HostKernel(launching.HostKernel):
 
     Call it like :func:`launch`, with arguments of the types it was looked up for:
     ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
-    queue=None)`` (default: the queue of the lookup). A kernel instance's captured values are
-    passed first, from ``f``, on each call. ``isinstance(hk, HostKernel)`` holds; ``hk`` is
-    the signature's generated call, bound to an instance of this class, and carries its
-    attributes:
+    queue=None)`` (default: the queue of the lookup); a kernel instance's captured values are
+    passed first, from ``f``, on each call. ``hk`` is the signature's generated call, bound to
+    an instance of this class (``isinstance(hk, HostKernel)`` holds), with its attributes:
 
-    - ``queue`` (and ``where``): the queue it was looked up for;
-    - ``context``: the context it was built in;
-    - ``kernel``: a ``pyopencl.Kernel`` of this kernel, to inspect (launches set the
-      arguments of kernel objects of their own, from the linked kernel's pool);
-    - ``program``: its ``pyopencl.Program``;
+    - ``queue`` (and ``where``): the queue it was looked up for; ``context``: its context;
+    - ``kernel``: a ``pyopencl.Kernel`` to inspect (launches set the arguments of kernel
+      objects of their own, from the linked kernel's pool); ``program``: its program;
     - ``f``, ``tt`` and ``linked`` (the :class:`LinkedKernel`).
     """
 
@@ -139,17 +135,15 @@ class _OpenCLLauncher(launching.Launcher):
         return queue, opts
 
     def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        # The slow path of a launch also checks that no argument lives in another context
-        # than the queue's (what a launch with its front entry, for the same queue and
-        # argument types, no longer checks).
+        # the slow path checks that no argument is of another context than the queue's
+        # (a front entry, for that queue and those argument types, no longer checks)
         _check_contexts(where, f, args)
 
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        # A queue is pyopencl's: nothing is written into it; its tables are the library's,
-        # found by the queue and gone with it (_queues.queue_tables)
+        # nothing is written into a pyopencl queue: its tables are found by it, and go with it
         tables = queue_tables(where, make)
         return None if tables is None else launching.table_in(tables, self.front_attr, make)
 
@@ -209,9 +203,8 @@ _queues._launcher = _launcher  # the hook the queues' module reads
 
 
 def _check_contexts(queue: cl.CommandQueue, f: Any, args: tuple[Any, ...]) -> None:
-    """A launch's arrays, buffers, images and samplers (captured ones too) must be of the
-    queue's context: a ValueError naming the argument (OpenCL would run the kernel on them,
-    and plain pyopencl does not check either)."""
+    """A ValueError naming a launch's array, buffer, image or sampler (captured ones too) not of
+    the queue's context, on which OpenCL would run the kernel (pyopencl does not check)."""
     ctx = queue.context.int_ptr
     captured = f.values if isinstance(f, KernelInstance) else ()
     for what, values in (("captured value", captured), ("argument", args)):
