@@ -103,8 +103,7 @@ class LinkedKernel:
         return self.ck.context()
 
     def new_record(self) -> list[Any]:
-        """A pool record with a new kernel object: ``[set_arg, set_buf, kernel, <nothing set
-        at each index>]`` (see ``templates/opencl_entry.py.j2``)."""
+        """A pool record with a new kernel object (its fields: ``templates/opencl_entry.py.j2``)."""
         knl = cl.Kernel(self.program, self.name)
         return [
             knl.set_arg,
@@ -124,11 +123,8 @@ def _param_names(source: str, name: str) -> list[str]:
     m = re.search(r"\b(?:__)?kernel\b[^;{]*?\b" + re.escape(name) + r"\s*\(([^)]*)\)", source)
     if not m:
         return []
-    names = []
-    for p in m.group(1).split(","):
-        w = re.findall(r"[A-Za-z_]\w*", p)
-        names.append(w[-1] if w else "?")
-    return names
+    words = (re.findall(r"[A-Za-z_]\w*", p) for p in m.group(1).split(","))
+    return [w[-1] if w else "?" for w in words]
 
 
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
@@ -170,8 +166,6 @@ _programs: weakref.WeakKeyDictionary[
     cl.Context, weakref.WeakValueDictionary[tuple[str, tuple[str, ...], tuple[str, str]], _Built]
 ] = weakref.WeakKeyDictionary()
 _programs_lock = new_lock(reentrant=False)
-
-
 _ARG_INFO = "-cl-kernel-arg-info"
 
 
@@ -189,14 +183,10 @@ def _build_options_for(options: tuple[str, ...], context: cl.Context) -> tuple[s
             out.append("-I" + os.path.abspath(o[2:]))
         else:
             out.append(o)
-    if _ARG_INFO not in out and all(_opencl_version(d) >= (1, 2) for d in context.devices):
+    versions = (re.match(r"OpenCL (\d+)\.(\d+)", d.version) for d in context.devices)
+    if _ARG_INFO not in out and all(v and (int(v[1]), int(v[2])) >= (1, 2) for v in versions):
         out.append(_ARG_INFO)
     return tuple(out)
-
-
-def _opencl_version(device: cl.Device) -> tuple[int, int]:
-    m = re.match(r"OpenCL (\d+)\.(\d+)", device.version)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
@@ -205,10 +195,7 @@ def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
     all: both orders are keyed."""
     dirs = includes.include_dirs(build)
     cwd = os.getcwd()
-    return (
-        includes.digest(source, [cwd, *dirs]),
-        includes.digest(source, [*dirs, cwd]),
-    )
+    return includes.digest(source, [cwd, *dirs]), includes.digest(source, [*dirs, cwd])
 
 
 class _Built:
@@ -267,8 +254,7 @@ class OpenCLBackend(Backend):
         raw = _private.raw_program(program)
         built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
         with _programs_lock():
-            built = table.setdefault(key, built)
-        return built
+            return table.setdefault(key, built)
 
     def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
         if not isinstance(context, _ContextKey):
