@@ -75,8 +75,7 @@ class _ContextKey:
         self.ptr = context.int_ptr
         self.name = repr(context)
         self.key = (self, ())  # with no build options
-        #: id of a context object -> a weak reference to it
-        self.refs: dict[int, weakref.ref[cl.Context]] = {}
+        self.refs: dict[int, weakref.ref[cl.Context]] = {}  # by the context objects' ids
 
     def context(self) -> cl.Context | None:
         """A live object of the context (None once every queue it was seen with is gone)."""
@@ -85,14 +84,6 @@ class _ContextKey:
             if ctx is not None:
                 return ctx
         return None
-
-    def watch(self, context: cl.Context) -> None:
-        """Hold ``context`` (a queue's context object) weakly, once: its death is told to
-        :func:`_release`, which runs before the object's id can be another's."""
-        ref = self.refs.get(id(context))
-        if ref is None or ref() is not context:
-            self.refs[id(context)] = weakref.ref(context)
-            weakref.finalize(context, _release, self, id(context))
 
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
@@ -151,7 +142,11 @@ def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
             ck = _context_keys.get(ctx.int_ptr)
             if ck is None:
                 ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)
-            ck.watch(ctx)
+            ref = ck.refs.get(id(ctx))
+            # held weakly, once: _release hears of its death before its id can be another's
+            if ref is None or ref() is not ctx:
+                ck.refs[id(ctx)] = weakref.ref(ctx)
+                weakref.finalize(ctx, _release, ck, id(ctx))
     assert ck is not None
     return ck.key
 
