@@ -240,8 +240,7 @@ def clfunction(
     context) runs through ``cached_lookup`` with key (context, build options); a hit takes no
     lock and hashes nothing. ``tt`` excludes a kernel instance's captured values; Python
     ``int``/``float``/``bool`` in it stand for the weak types. Each call returns a new
-    HostKernel of the cached result (nothing else is kept).
-    """
+    HostKernel of the cached result (nothing else is kept)."""
     # cast: _launcher.host_class is this module's HostKernel
     return cast(HostKernel, _launcher.function(f, tt, queue, compiler_kwargs))
 
