@@ -1,6 +1,5 @@
 """Argument kinds: ``Array[dtype]``, ``Buffer``, ``LocalMemory``, ``Image``, ``Sampler``;
-what a value dispatches as (``typeof``), its OpenCL C type (``ctype``) and how a scalar packs.
-"""
+what a value dispatches as (``typeof``), its OpenCL C type (``ctype``) and how a scalar packs."""
 
 from __future__ import annotations
 
@@ -235,10 +234,8 @@ def ctype(t: type[np.generic] | np.generic | np.dtype[Any] | type[Struct] | Stru
     ``ctype(np.dtype("int64")) == "long"``, ``ctype(np.bool_) == "uchar"``,
     ``ctype(pyopencl.cltypes.float4) == "float4"``; complex types are pyopencl's ``cfloat_t``
     and ``cdouble_t``, which need ``#include <pyopencl-complex.h>`` in the kernel source.
-
-    A numpy scalar value stands for its type (``ctype(np.float32(1)) == "float"``); the
-    ``np.generic`` and ``Struct`` in its annotation are what a type checker sees a method's
-    parameter as (``v: np.number``), where the body gets the type itself."""
+    A numpy scalar value stands for its type (``ctype(np.float32(1)) == "float"``), as a type
+    checker sees a method's parameter (``v: np.number``) where the body gets the type."""
     if isinstance(t, np.generic):
         return _c_type(t.dtype if isinstance(t, np.void) else type(t))[0]
     return _c_type(t)[0]

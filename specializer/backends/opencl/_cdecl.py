@@ -1,6 +1,5 @@
 """C declarations: a kernel's parameters read from its OpenCL C source (scalars, vectors,
-pointers, structs and typedefs laid out), and checked against the argument types.
-"""
+pointers, structs and typedefs laid out), and checked against the argument types."""
 
 from __future__ import annotations
 
@@ -154,9 +153,9 @@ def _dtype_layout(dt: np.dtype) -> _Layout | None:
 def _param_kind(
     name: str, address: int, address_bits: int, types: dict[str, str] | None = None
 ) -> tuple[str, int, _Layout | None]:
-    """(kind, size, layout) of a parameter of type ``name`` in address space ``address``:
-    kind "image", "sampler", "__global"/"__constant"/"__local" (a pointer; layout: its
-    elements'), "int", "float", "vector", "struct", or "unknown" (nothing is checked)."""
+    """(kind, size, layout) of a parameter of type ``name`` in address space ``address``; kind
+    is "image", "sampler", "__global"/"__constant"/"__local" (a pointer; layout: its elements'),
+    "int", "float", "vector", "struct", or "unknown" (nothing is checked)."""
     name = " ".join(name.split())
     if name.startswith("image") and name.endswith("_t"):
         return "image", 0, None
@@ -182,7 +181,10 @@ def _param_mismatch(t: type, kind: str, size: int, layout: _Layout | None = None
             return "a buffer is a __global pointer"
         dt = t.dtype if issubclass(t, Array) and t.eltype in _CONCRETE else None
         theirs = None if dt is None else _dtype_layout(dt)
-        if layout is None or theirs is None or _same_elements(theirs, layout):
+        if layout is None or theirs is None:
+            return None
+        # parts of one kind and size (a float4 * takes floats), or mixed structs of one size
+        if theirs.part == layout.part and (theirs.part is not None or theirs.size == layout.size):
             return None
         return f"the array's elements are {theirs}, the parameter's are {layout}"
     if t is LocalMemory:
@@ -216,19 +218,10 @@ def _param_mismatch(t: type, kind: str, size: int, layout: _Layout | None = None
     return f"the argument holds {theirs}, the parameter {layout}"
 
 
-def _same_elements(a: _Layout, p: _Layout) -> bool:
-    """Whether an array of elements ``a`` can be what a pointer to ``p`` points at: parts of
-    one kind and size (a ``float4 *`` takes an array of floats, four a vector), or structs of
-    mixed fields of one size."""
-    if a.part is None or p.part is None:
-        return a.part == p.part and a.size == p.size
-    return a.part == p.part
-
-
 def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str = "") -> None:
     """Each kernel parameter's type, as the device reports it, against the method's argument
-    type (SPEC 8): a clear mismatch in kind or size is a TypeError, before anything is
-    enqueued. Once per linked kernel; devices reporting no argument info are not checked."""
+    type (SPEC 8): a clear mismatch is a TypeError, before anything is enqueued. Once per
+    linked kernel; devices reporting no argument info are not checked."""
     address_bits = min(d.address_bits for d in context.devices)
     info = cl.kernel_arg_info
     types = _source_types(source)

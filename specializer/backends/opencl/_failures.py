@@ -39,8 +39,8 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
 
 
 def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
-    """A work size's error (from :func:`_sizes`) naming the kernel, which the launch raises
-    from its own frame; None for another error (raised as it is)."""
+    """A work size's error (from :func:`_sizes`) naming the kernel, for the launch to raise;
+    None for another error (raised as it is)."""
     named = f"kernel {signature(linked.name, linked.tt)}: {error}"
     if type(error) is TypeError:
         return TypeError(named)
@@ -106,7 +106,7 @@ def _failed(
     local_size: Any = None,
 ) -> Exception | None:
     """The error saying which argument a failed launch could not set, or which work size the
-    device refused, and why; None for another failure. Returned for the launch to raise."""
+    device refused, and why, for the launch to raise; None for another failure."""
     if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
         try:
             _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it

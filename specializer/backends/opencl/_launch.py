@@ -1,6 +1,5 @@
 """The launch path: the compiler keyword arguments' configs, ``HostKernel``, the launcher, the
-cached lookup (``clfunction``) and ``launch``.
-"""
+cached lookup (``clfunction``) and ``launch``."""
 
 from __future__ import annotations
 
@@ -15,28 +14,13 @@ import pyopencl.array as cla
 
 from ... import launching
 from ...compiler import CompilerConfig
-from ...kernels import (
-    Kernel,
-    KernelInstance,
-    uncached_lookup,
-)
-from ...types import (
-    Struct,
-    WeakScalar,
-    resolve_weak,
-)
+from ...kernels import Kernel, KernelInstance, uncached_lookup
+from ...types import Struct, WeakScalar, resolve_weak
 from . import _queues
 from ._args import _GUARD_CLASS, Array, LocalMemory, Sampler, _ArgType, _c_type, _packer
 from ._decorators import _definitions
-from ._program import (
-    _FAILURES,
-    LinkedKernel,
-    OpenCLBackend,
-    _bad_array,
-    _failed,
-    _nothing,
-    _size_error,
-)
+from ._failures import _FAILURES, _bad_array, _failed, _size_error
+from ._program import LinkedKernel, OpenCLBackend, _nothing
 from ._queues import _ContextKey, _default_queue, _key, default_queue, queue_tables
 from ._sizes import _sizes
 
@@ -96,16 +80,13 @@ class HostKernel(launching.HostKernel):
 
     Call it like :func:`launch`, with arguments of the types it was looked up for:
     ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
-    queue=None)`` (default: the queue of the lookup). A kernel instance's captured values are
-    passed first, from ``f``, on each call. ``isinstance(hk, HostKernel)`` holds; ``hk`` is
-    the signature's generated call, bound to an instance of this class, and carries its
-    attributes:
+    queue=None)`` (default: the queue of the lookup); a kernel instance's captured values are
+    passed first, from ``f``, on each call. ``hk`` is the signature's generated call, bound to
+    an instance of this class (``isinstance(hk, HostKernel)`` holds), with its attributes:
 
-    - ``queue`` (and ``where``): the queue it was looked up for;
-    - ``context``: the context it was built in;
-    - ``kernel``: a ``pyopencl.Kernel`` of this kernel, to inspect (launches set the
-      arguments of kernel objects of their own, from the linked kernel's pool);
-    - ``program``: its ``pyopencl.Program``;
+    - ``queue`` (and ``where``): the queue it was looked up for; ``context``: its context;
+    - ``kernel``: a ``pyopencl.Kernel`` to inspect (launches set the arguments of kernel
+      objects of their own, from the linked kernel's pool); ``program``: its program;
     - ``f``, ``tt`` and ``linked`` (the :class:`LinkedKernel`).
     """
 
@@ -154,17 +135,15 @@ class _OpenCLLauncher(launching.Launcher):
         return queue, opts
 
     def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        # The slow path of a launch also checks that no argument lives in another context
-        # than the queue's (what a launch with its front entry, for the same queue and
-        # argument types, no longer checks).
+        # the slow path checks that no argument is of another context than the queue's
+        # (a front entry, for that queue and those argument types, no longer checks)
         _check_contexts(where, f, args)
 
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        # A queue is pyopencl's: nothing is written into it; its tables are the library's,
-        # found by the queue and gone with it (_queues.queue_tables)
+        # nothing is written into a pyopencl queue: its tables are found by it, and go with it
         tables = queue_tables(where, make)
         return None if tables is None else launching.table_in(tables, self.front_attr, make)
 
@@ -177,10 +156,7 @@ class _OpenCLLauncher(launching.Launcher):
             return "cls_dtype", cla.Array, t.dtype
         if isinstance(t, type) and issubclass(t, Struct):
             return "cls_dtype_0d", np.void, t.dtype
-        cls = _GUARD_CLASS.get(t)
-        if cls is not None:
-            return "cls", cls, None
-        return "cls", t, None
+        return "cls", _GUARD_CLASS.get(t, t), None
 
     def kinds(
         self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
@@ -227,9 +203,8 @@ _queues._launcher = _launcher  # the hook the queues' module reads
 
 
 def _check_contexts(queue: cl.CommandQueue, f: Any, args: tuple[Any, ...]) -> None:
-    """A launch's arrays, buffers, images and samplers (captured ones too) must be of the
-    queue's context: a ValueError naming the argument (OpenCL would run the kernel on them,
-    and plain pyopencl does not check either)."""
+    """A ValueError naming a launch's array, buffer, image or sampler (captured ones too) not of
+    the queue's context, on which OpenCL would run the kernel (pyopencl does not check)."""
     ctx = queue.context.int_ptr
     captured = f.values if isinstance(f, KernelInstance) else ()
     for what, values in (("captured value", captured), ("argument", args)):
@@ -265,8 +240,7 @@ def clfunction(
     context) runs through ``cached_lookup`` with key (context, build options); a hit takes no
     lock and hashes nothing. ``tt`` excludes a kernel instance's captured values; Python
     ``int``/``float``/``bool`` in it stand for the weak types. Each call returns a new
-    HostKernel of the cached result (nothing else is kept).
-    """
+    HostKernel of the cached result (nothing else is kept)."""
     # cast: _launcher.host_class is this module's HostKernel
     return cast(HostKernel, _launcher.function(f, tt, queue, compiler_kwargs))
 

@@ -1,7 +1,6 @@
 """Programs: ``KernelSource``, build options, the per-context program cache, the
 ``OpenCLBackend`` (compile, link, a failed build's message), ``LinkedKernel`` and its
-argument-set records. A failed launch's messages are :mod:`._failures`'.
-"""
+argument-set records."""
 
 from __future__ import annotations
 
@@ -23,10 +22,6 @@ from ...sources import method_options
 from .. import _pyopencl_private as _private
 from ._cdecl import _check_params
 from ._decorators import _definitions
-from ._failures import _FAILURES as _FAILURES  # (for _launch, as are the three below)
-from ._failures import _bad_array as _bad_array
-from ._failures import _failed as _failed
-from ._failures import _size_error as _size_error
 from ._queues import _ContextKey
 
 _private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
@@ -55,8 +50,7 @@ class OpenCLSource:
 
 
 def _nothing() -> None:
-    """What a pool record holds at an index where nothing is known to be set: calling it, as
-    the check of an array's weak reference does, gives no array."""
+    """A pool record's mark where nothing is known to be set: called as a dead weak reference."""
 
 
 class LinkedKernel:
@@ -109,8 +103,7 @@ class LinkedKernel:
         return self.ck.context()
 
     def new_record(self) -> list[Any]:
-        """A pool record with a new kernel object: ``[set_arg, set_buf, kernel, <nothing set
-        at each index>]`` (see ``templates/opencl_entry.py.j2``)."""
+        """A pool record with a new kernel object (its fields: ``templates/opencl_entry.py.j2``)."""
         knl = cl.Kernel(self.program, self.name)
         return [
             knl.set_arg,
@@ -130,11 +123,8 @@ def _param_names(source: str, name: str) -> list[str]:
     m = re.search(r"\b(?:__)?kernel\b[^;{]*?\b" + re.escape(name) + r"\s*\(([^)]*)\)", source)
     if not m:
         return []
-    names = []
-    for p in m.group(1).split(","):
-        w = re.findall(r"[A-Za-z_]\w*", p)
-        names.append(w[-1] if w else "?")
-    return names
+    words = (re.findall(r"[A-Za-z_]\w*", p) for p in m.group(1).split(","))
+    return [w[-1] if w else "?" for w in words]
 
 
 def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> str:
@@ -152,17 +142,14 @@ def _build_log(program: cl.Program, context: cl.Context, error: Exception) -> st
     return "\n".join(logs) if logs else str(error)
 
 
-def _numbered(source: str) -> str:
-    return "\n".join(f"{i:4d} | {line}" for i, line in enumerate(source.splitlines(), 1))
-
-
 _IMPLICIT = re.compile(r"implicit declaration of function '(\w+)'")
 
 
 def _callee_hint(log: str) -> str:
-    """A hint for a build log that says a device function of this back-end was implicitly
-    declared: it is missing from the kernel's ``callees=``."""
-    names = sorted({n for n in _IMPLICIT.findall(log) if n in _device_names()})
+    """A hint where the log says a device function of this back-end was implicitly declared:
+    it is missing from the kernel's ``callees=``."""
+    devices = {gf.name for gf in _definitions.device_functions()}
+    names = sorted({n for n in _IMPLICIT.findall(log) if n in devices})
     if not names:
         return ""
     listed = ", ".join(names)
@@ -173,18 +160,12 @@ def _callee_hint(log: str) -> str:
     )
 
 
-def _device_names() -> set[str]:
-    return {gf.name for gf in _definitions.device_functions()}
-
-
 # One program per (context, source, build options: the methods' then the launch's, the user
 # headers it includes), held weakly: a program lives while a linked kernel uses it.
 _programs: weakref.WeakKeyDictionary[
     cl.Context, weakref.WeakValueDictionary[tuple[str, tuple[str, ...], tuple[str, str]], _Built]
 ] = weakref.WeakKeyDictionary()
 _programs_lock = new_lock(reentrant=False)
-
-
 _ARG_INFO = "-cl-kernel-arg-info"
 
 
@@ -202,14 +183,10 @@ def _build_options_for(options: tuple[str, ...], context: cl.Context) -> tuple[s
             out.append("-I" + os.path.abspath(o[2:]))
         else:
             out.append(o)
-    if _ARG_INFO not in out and all(_opencl_version(d) >= (1, 2) for d in context.devices):
+    versions = (re.match(r"OpenCL (\d+)\.(\d+)", d.version) for d in context.devices)
+    if _ARG_INFO not in out and all(v and (int(v[1]), int(v[2])) >= (1, 2) for v in versions):
         out.append(_ARG_INFO)
     return tuple(out)
-
-
-def _opencl_version(device: cl.Device) -> tuple[int, int]:
-    m = re.match(r"OpenCL (\d+)\.(\d+)", device.version)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
@@ -218,10 +195,7 @@ def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
     all: both orders are keyed."""
     dirs = includes.include_dirs(build)
     cwd = os.getcwd()
-    return (
-        includes.digest(source, [cwd, *dirs]),
-        includes.digest(source, [*dirs, cwd]),
-    )
+    return includes.digest(source, [cwd, *dirs]), includes.digest(source, [*dirs, cwd])
 
 
 class _Built:
@@ -254,17 +228,14 @@ class OpenCLBackend(Backend):
 
     def _build(self, job: CompilerJob, artifact: OpenCLSource, context: cl.Context) -> _Built:
         source = artifact.source
-        # cast: this back-end's configs are all made by _config, from a tuple of build options;
-        # the methods' own options come first, the launch's are added to them
+        # cast: this back-end's configs are all made by _config, from a tuple of build options
         options = artifact.options + tuple(cast("tuple[str, ...]", job.config.options))
         build = _build_options_for(options, context)
-        # The user's options: what building adds to them is the same for every program of
-        # the context, but for -I directories made absolute, which the digest names.
+        # The user's options: building adds the same to every program of the context, but for
+        # -I directories made absolute, which the digest names.
         key = (source, options, _headers_digest(source, build))
         with _programs_lock():
-            table = _programs.get(context)
-            if table is None:
-                table = _programs[context] = weakref.WeakValueDictionary()
+            table = _programs.setdefault(context, weakref.WeakValueDictionary())
             built = table.get(key)
         if built is not None:
             return built
@@ -273,16 +244,17 @@ class OpenCLBackend(Backend):
             program.build(options=list(build))
         except cl.Error as e:
             log = _build_log(program, context, e)
+            lines = enumerate(source.splitlines(), 1)
+            numbered = "\n".join(f"{i:4d} | {line}" for i, line in lines)
             raise CompileError(
                 f"OpenCL kernel {signature(job.name, job.mi.tt)} does not build "
                 f"(build options: {' '.join(options) or 'none'}):\n{log}{_callee_hint(log)}\n"
-                f"--- its source (the callees', then the kernel's) ---\n{_numbered(source)}"
+                f"--- its source (the callees', then the kernel's) ---\n{numbered}"
             ) from None
         raw = _private.raw_program(program)
         built = _Built(raw, raw.get_info(cl.program_info.KERNEL_NAMES) or "")
         with _programs_lock():
-            built = table.setdefault(key, built)
-        return built
+            return table.setdefault(key, built)
 
     def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
         if not isinstance(context, _ContextKey):

@@ -1,6 +1,5 @@
 """Queues and contexts: the default queue (PoCL's CPU device), a context's key, and what is
-kept in each queue's table.
-"""
+kept in each queue's table."""
 
 from __future__ import annotations
 
@@ -13,8 +12,7 @@ import pyopencl as cl
 from ... import launching
 from ...locks import new_lock
 
-#: the back-end's launcher, set by :mod:`._launch` at import (a hook: this module is below it);
-#: a queue's use checks the fork through it, and a queue's table is its where table
+#: the back-end's launcher, a hook :mod:`._launch` sets at import: it checks the fork
 _launcher: launching.Launcher = None  # type: ignore[assignment]  # set by _launch
 
 _default_queue: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
@@ -58,29 +56,26 @@ def default_queue() -> cl.CommandQueue:
 
 def set_default_queue(queue: cl.CommandQueue | None) -> None:
     """Make launches given no queue use ``queue`` (``None``: a queue on PoCL's CPU device)."""
-    if queue is not None and not isinstance(queue, cl.CommandQueue):
-        raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
     if queue is not None:
+        if not isinstance(queue, cl.CommandQueue):
+            raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
         _launcher.check_fork()  # a queue of the user's is a device in use
     with _default_lock():
         _default_queue[0] = queue
 
 
 class _ContextKey:
-    """What lookups key on for one context: compared by identity, holding the context weakly
-    (through the context objects of the queues it was seen with: pyopencl gives each queue
-    one of its own, which lives as long as the queue); when the last of those dies the
-    context is forgotten (:func:`_forget`), and a later queue of it gets a new key. ``key``:
-    without build options."""
+    """What lookups key on for one context, compared by identity. It holds the context weakly,
+    through the context object pyopencl gives each queue it was seen with (it lives as long as
+    the queue); when the last dies the context is forgotten and a later queue gets a new key."""
 
     __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
 
     def __init__(self, context: cl.Context) -> None:
         self.ptr = context.int_ptr
         self.name = repr(context)
-        self.key = (self, ())
-        #: id of a context object -> a weak reference to it
-        self.refs: dict[int, weakref.ref[cl.Context]] = {}
+        self.key = (self, ())  # with no build options
+        self.refs: dict[int, weakref.ref[cl.Context]] = {}  # by the context objects' ids
 
     def context(self) -> cl.Context | None:
         """A live object of the context (None once every queue it was seen with is gone)."""
@@ -90,24 +85,14 @@ class _ContextKey:
                 return ctx
         return None
 
-    def watch(self, context: cl.Context) -> None:
-        """Hold ``context`` (a queue's context object) weakly, once: its death is told to
-        :func:`_release`, which runs before the object's id can be another's."""
-        ref = self.refs.get(id(context))
-        if ref is None or ref() is not context:
-            self.refs[id(context)] = weakref.ref(context)
-            weakref.finalize(context, _release, self, id(context))
-
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
 
 
 class _QueueTables:
-    """What the library keeps for one queue: the where tables of its launchers (by their
-    front attribute). A queue takes no weak reference and the library writes nothing into
-    it, so this is found by the queue's id and tied to the queue's own context object
-    (``owner``, weakly; it lives as long as the queue): a later queue with the same id has
-    another context object and gets tables of its own."""
+    """A queue's where tables, by launcher front attribute. A queue takes no weak reference nor
+    attribute, so this is found by its id and tied weakly to its own context object (``owner``,
+    which lives as long as the queue): a later queue with that id gets tables of its own."""
 
     __slots__ = ("__weakref__", "owner", "tables")
 
@@ -147,7 +132,6 @@ def queue_tables(queue: Any, make: bool) -> dict[str, dict[object, object]] | No
 
 
 def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
-    """(the queue's context key, no build options)."""
     if not isinstance(queue, cl.CommandQueue):
         raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
     ctx = queue.context  # the queue's own context object: it dies with the queue
@@ -158,23 +142,23 @@ def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
             ck = _context_keys.get(ctx.int_ptr)
             if ck is None:
                 ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)
-            ck.watch(ctx)
+            ref = ck.refs.get(id(ctx))
+            # held weakly, once: _release hears of its death before its id can be another's
+            if ref is None or ref() is not ctx:
+                ck.refs[id(ctx)] = weakref.ref(ctx)
+                weakref.finalize(ctx, _release, ck, id(ctx))
     assert ck is not None
     return ck.key
 
 
 def _release(ck: _ContextKey, ctx_id: int) -> None:
     """A queue the context key was seen with is gone; when it was the last, so is the context.
-    From the garbage collector in any thread: no lock (each step is one atomic dict operation;
-    a race can only forget a context still in use, which then links again under a new key)."""
+    From the collector in any thread, no lock: each step is one atomic dict operation, and a
+    race can only forget a context still in use, which then links again under a new key."""
     ck.refs.pop(ctx_id, None)
     if not ck.refs:
         if _context_keys.get(ck.ptr) is ck:
             _context_keys.pop(ck.ptr, None)
-        _forget(ck)
-
-
-def _forget(ck: _ContextKey) -> None:
-    """A context is gone: what was built and linked for it goes, with the pools' kernel objects."""
-    for linked in launching.forget(ck):
-        linked.pool.clear()  # a launch still running with it takes a new kernel object
+        # the context is gone: so is what was built and linked for it, pools included
+        for linked in launching.forget(ck):
+            linked.pool.clear()  # a launch still running with it takes a new kernel object
