@@ -1,7 +1,5 @@
-"""Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`).
-
-Each command's help below says what it does; the dump's work is :mod:`specializer.dump`'s.
-"""
+"""Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`);
+each command's help below says what it does, and the dump's work is :mod:`specializer.dump`'s."""
 
 from __future__ import annotations
 
@@ -175,10 +173,7 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             refuse_write(out)
         except PrecompileOutputError as e:
             return _fail(prog, str(e))
-        why = check_out(out)
-        if why:
-            return _fail(prog, why)
-    why = check_program(target)
+    why = (check_out(out) if out is not None else None) or check_program(target)
     if why:
         return _fail(prog, why)
 
@@ -194,13 +189,12 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     command = _after_dashes(ns.command_line)
     if not command:
         parser.error("the following arguments are required: CMD")
-    env = {**os.environ, ENV_VAR: "1"}
     # One line naming the mode and what runs (the resolved program shows which python it is).
     found = shutil.which(command[0]) or command[0]
     line = f"{prog}: precompile-output mode on ({ENV_VAR}=1): {shlex.join([found, *command[1:]])}"
     print(line, file=sys.stderr, flush=True)
     try:
-        proc = subprocess.Popen(command, env=env)
+        proc = subprocess.Popen(command, env={**os.environ, ENV_VAR: "1"})
     except FileNotFoundError:
         return _fail(prog, f"command not found: {command[0]}", 127)
     except PermissionError:
@@ -211,19 +205,17 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         while True:
             try:
                 status = proc.wait()
-                break
             except KeyboardInterrupt:  # the command got it too; its status tells what it did
                 continue
-    return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
+            return 128 - status if status < 0 else status  # killed by a signal: as a shell says
 
 
 def _top_level_option(arg: str) -> bool:
     """Whether ``arg`` is one of the options taken before a command (or its abbreviation)."""
     name = arg.split("=", 1)[0]
-    return name == "-h" or (len(name) > 2 and any(o.startswith(name) for o in _TOP_OPTIONS))
-
-
-_TOP_OPTIONS = ("--help", "--version")
+    return name == "-h" or (
+        len(name) > 2 and any(o.startswith(name) for o in ("--help", "--version"))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
