@@ -157,15 +157,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     return p, {"demo": demo, "dump": dump, "precompile": pre}
 
 
-def _after_dashes(args: list[str]) -> list[str]:
-    return args[1:] if args[:1] == ["--"] else args
+def _rest(parser: argparse.ArgumentParser, args: list[str], what: str) -> list[str]:
+    rest = args[1:] if args[:1] == ["--"] else args
+    if not rest:
+        parser.error(f"the following arguments are required: {what}")
+    return rest
 
 
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
-    program = _after_dashes(ns.program)
-    if not program:
-        parser.error("the following arguments are required: SCRIPT_OR_MODULE")
+    program = _rest(parser, ns.program, "SCRIPT_OR_MODULE")
     target, args = program[0], program[1:]
     out = Path(ns.out).resolve() if ns.out else None
     if out is not None:  # before running anything: nothing half-done
@@ -186,9 +187,7 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
-    command = _after_dashes(ns.command_line)
-    if not command:
-        parser.error("the following arguments are required: CMD")
+    command = _rest(parser, ns.command_line, "CMD")
     # One line naming the mode and what runs (the resolved program shows which python it is).
     found = shutil.which(command[0]) or command[0]
     line = f"{prog}: precompile-output mode on ({ENV_VAR}=1): {shlex.join([found, *command[1:]])}"
@@ -239,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "demo":
         from .demo import main as demo
 
-        forwarded = [f"--{k}={getattr(ns, k)}" for k in ("launches", "rounds") if hasattr(ns, k)]
-        return demo(forwarded)
+        return demo([f"--{k}={getattr(ns, k)}" for k in ("launches", "rounds") if hasattr(ns, k)])
     if ns.command == "dump":
         return dump(ns, sub)
     return precompile(ns, sub)

@@ -80,9 +80,7 @@ def run_program(target: str, args: list[str]) -> int:
 def check_program(target: str) -> str | None:
     """Why ``target`` cannot be run, or None."""
     if _is_path(target):
-        if not Path(target).exists():
-            return f"cannot open {target}: no such file or directory"
-        return None
+        return None if Path(target).exists() else f"cannot open {target}: no such file or directory"
     saved = sys.path[:]
     sys.path.insert(0, os.getcwd())
     try:
