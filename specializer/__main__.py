@@ -88,17 +88,13 @@ examples:
 (name the virtual environment's python: a bare 'python' is whichever PATH finds)"""
 
 
-def _prog() -> str:
-    return "python -m specializer" if Path(sys.argv[0]).name == "__main__.py" else "specializer"
-
-
 def _fail(prog: str, message: str, status: int = 2) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return status
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    prog = _prog()
+    prog = "python -m specializer" if Path(sys.argv[0]).name == "__main__.py" else "specializer"
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog=prog, description=DESCRIPTION, epilog=EPILOG.format(prog=prog), formatter_class=fmt

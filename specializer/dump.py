@@ -37,25 +37,6 @@ def _is_path(target: str) -> bool:
     return target.endswith(".py") or any(s in target for s in seps) or Path(target).exists()
 
 
-def _exit_status(e: SystemExit) -> int:
-    """The status Python itself would exit with for ``e`` (printing a non-int code)."""
-    if e.code is None or isinstance(e.code, int):
-        return e.code or 0
-    print(e.code, file=sys.stderr)
-    return 1
-
-
-def _print_traceback(e: BaseException) -> None:
-    """The program's traceback, less this module's and runpy's frames."""
-    tb = e.__traceback__
-    while tb is not None and (
-        tb.tb_frame.f_code.co_filename == __file__
-        or tb.tb_frame.f_globals.get("__name__") == "runpy"
-    ):
-        tb = tb.tb_next
-    traceback.print_exception(type(e), e, tb or e.__traceback__)
-
-
 def run_program(target: str, args: list[str]) -> int:
     """Run a script path or a module name as ``__main__``; its exit status, as Python's."""
     saved_argv, saved_path = sys.argv[:], sys.path[:]
@@ -67,10 +48,19 @@ def run_program(target: str, args: list[str]) -> int:
         else:
             sys.path.insert(0, os.getcwd())
             runpy.run_module(target, run_name="__main__", alter_sys=True)
-    except SystemExit as e:
-        return _exit_status(e)
+    except SystemExit as e:  # the status Python itself would exit with
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0
+        print(e.code, file=sys.stderr)
+        return 1
     except BaseException as e:
-        _print_traceback(e)
+        tb = e.__traceback__  # the program's traceback, less this module's and runpy's frames
+        while tb is not None and (
+            tb.tb_frame.f_code.co_filename == __file__
+            or tb.tb_frame.f_globals.get("__name__") == "runpy"
+        ):
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb or e.__traceback__)
         return 130 if isinstance(e, KeyboardInterrupt) else 1
     finally:
         sys.argv, sys.path = saved_argv, saved_path
