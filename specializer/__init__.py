@@ -15,15 +15,13 @@ Start here (OpenCL on PoCL's CPU device: ``pip install 'specializer[opencl]'``):
     cl.launch(fill, x, np.float32(3), global_size=x.size)
     assert (x.get() == 3).all()
 
-Define ``fill`` again, or a more specific method, and the next launch runs the new code.
-CUDA mirrors it: ``cuda.launch(f, *args, grid=..., block=...)``. Read on in
-``docs/getting-started.md`` and ``docs/user-guide.md``; ``python -m specializer demo`` shows
-why a kernel cache needs the world age, ``python -m specializer dump --device-source
-my_script.py`` what a program generated and built.
+Define ``fill`` again, or a more specific method, and the next launch runs the new code. CUDA
+mirrors it: ``cuda.launch(f, *args, grid=..., block=...)``. Read on in ``docs/getting-started.md``
+and ``docs/user-guide.md``; ``python -m specializer demo`` shows why a kernel cache needs the
+world age, ``python -m specializer dump --device-source my_script.py`` what a program built.
 
-A Python port of GPUCompiler.jl's ``cached_lookup``: a world-age model, generic kernels with
-methods and callees, and a compiled-code cache with world validity ranges. The back-ends in
-``specializer.backends`` are never imported by this package.
+A port of GPUCompiler.jl's ``cached_lookup``: world ages, generic kernels with methods and callees,
+a compiled-code cache with world validity ranges. It never imports ``specializer.backends``.
 """
 
 from .codegen import GeneratedSource, generated_sources

@@ -1,7 +1,5 @@
-"""Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`).
-
-Each command's help below says what it does; the dump's work is :mod:`specializer.dump`'s.
-"""
+"""Command line: python -m specializer {demo,dump,precompile} (also installed as `specializer`);
+each command's help below says what it does, and the dump's work is :mod:`specializer.dump`'s."""
 
 from __future__ import annotations
 
@@ -90,17 +88,13 @@ examples:
 (name the virtual environment's python: a bare 'python' is whichever PATH finds)"""
 
 
-def _prog() -> str:
-    return "python -m specializer" if Path(sys.argv[0]).name == "__main__.py" else "specializer"
-
-
 def _fail(prog: str, message: str, status: int = 2) -> int:
     print(f"{prog}: error: {message}", file=sys.stderr)
     return status
 
 
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    prog = _prog()
+    prog = "python -m specializer" if Path(sys.argv[0]).name == "__main__.py" else "specializer"
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(
         prog=prog, description=DESCRIPTION, epilog=EPILOG.format(prog=prog), formatter_class=fmt
@@ -159,15 +153,16 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     return p, {"demo": demo, "dump": dump, "precompile": pre}
 
 
-def _after_dashes(args: list[str]) -> list[str]:
-    return args[1:] if args[:1] == ["--"] else args
+def _rest(parser: argparse.ArgumentParser, args: list[str], what: str) -> list[str]:
+    rest = args[1:] if args[:1] == ["--"] else args
+    if not rest:
+        parser.error(f"the following arguments are required: {what}")
+    return rest
 
 
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
-    program = _after_dashes(ns.program)
-    if not program:
-        parser.error("the following arguments are required: SCRIPT_OR_MODULE")
+    program = _rest(parser, ns.program, "SCRIPT_OR_MODULE")
     target, args = program[0], program[1:]
     out = Path(ns.out).resolve() if ns.out else None
     if out is not None:  # before running anything: nothing half-done
@@ -175,10 +170,7 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             refuse_write(out)
         except PrecompileOutputError as e:
             return _fail(prog, str(e))
-        why = check_out(out)
-        if why:
-            return _fail(prog, why)
-    why = check_program(target)
+    why = (check_out(out) if out is not None else None) or check_program(target)
     if why:
         return _fail(prog, why)
 
@@ -191,16 +183,13 @@ def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     prog = parser.prog
-    command = _after_dashes(ns.command_line)
-    if not command:
-        parser.error("the following arguments are required: CMD")
-    env = {**os.environ, ENV_VAR: "1"}
+    command = _rest(parser, ns.command_line, "CMD")
     # One line naming the mode and what runs (the resolved program shows which python it is).
     found = shutil.which(command[0]) or command[0]
     line = f"{prog}: precompile-output mode on ({ENV_VAR}=1): {shlex.join([found, *command[1:]])}"
     print(line, file=sys.stderr, flush=True)
     try:
-        proc = subprocess.Popen(command, env=env)
+        proc = subprocess.Popen(command, env={**os.environ, ENV_VAR: "1"})
     except FileNotFoundError:
         return _fail(prog, f"command not found: {command[0]}", 127)
     except PermissionError:
@@ -211,19 +200,17 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         while True:
             try:
                 status = proc.wait()
-                break
             except KeyboardInterrupt:  # the command got it too; its status tells what it did
                 continue
-    return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
+            return 128 - status if status < 0 else status  # killed by a signal: as a shell says
 
 
 def _top_level_option(arg: str) -> bool:
     """Whether ``arg`` is one of the options taken before a command (or its abbreviation)."""
     name = arg.split("=", 1)[0]
-    return name == "-h" or (len(name) > 2 and any(o.startswith(name) for o in _TOP_OPTIONS))
-
-
-_TOP_OPTIONS = ("--help", "--version")
+    return name == "-h" or (
+        len(name) > 2 and any(o.startswith(name) for o in ("--help", "--version"))
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,8 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     if ns.command == "demo":
         from .demo import main as demo
 
-        forwarded = [f"--{k}={getattr(ns, k)}" for k in ("launches", "rounds") if hasattr(ns, k)]
-        return demo(forwarded)
+        return demo([f"--{k}={getattr(ns, k)}" for k in ("launches", "rounds") if hasattr(ns, k)])
     if ns.command == "dump":
         return dump(ns, sub)
     return precompile(ns, sub)

@@ -1,13 +1,10 @@
 """``python -m specializer demo``: why a kernel cache must know the world age, on PoCL.
 
-Every definition of a kernel method or a device function raises a global counter, the
-*world* ("world 5 -> 6"). A cache that remembers which compiled kernel to launch must be
-keyed on that world too, or it keeps running code that the definitions have since
-replaced. The demo runs the same kernels through two caches side by side: a naive one (a
-dict keyed on kernel and argument types, what a back-end would write by hand) and
-specializer's, then shows a task pinned to an older world still running that world's code,
-and ends with what one launch costs against pyopencl's own fastest call. It checks every
-result against numpy and exits non-zero if one is wrong.
+Each definition of a kernel method or device function raises a global counter, the *world*
+("world 5 -> 6"); a kernel cache not keyed on it keeps running replaced code. The demo runs the
+same kernels through a naive dict cache and specializer's side by side, shows a task pinned to an
+older world, times one launch against pyopencl's fastest call, and exits non-zero if a result
+differs from numpy's.
 """
 
 # No `from __future__ import annotations`: the kernels below are defined inside main(), and
@@ -24,19 +21,6 @@ import numpy as np
 
 def _say(text: str = "", end: str = "\n") -> None:
     print(text, end=end, flush=True)
-
-
-class _Checks:
-    """Records each comparison with numpy, and prints it."""
-
-    def __init__(self) -> None:
-        self.failed: list[str] = []
-
-    def expect(self, label: str, got: Any, expected: Any) -> bool:
-        ok = np.array_equal(np.asarray(got), np.asarray(expected))
-        if not ok:
-            self.failed.append(label)
-        return ok
 
 
 LAUNCHES, ROUNDS = 3000, 7  # the defaults; `python -m specializer demo --help` states them
@@ -86,7 +70,12 @@ def main(argv: list[str]) -> int:
 
     _say(f", on {queue.device.name} ({queue.device.platform.name})")
     _say(WORLD_LINE)
-    checks = _Checks()
+    failed: list[str] = []  # the results that differ from numpy's
+
+    def expect(label: str, got: Any, expected: Any) -> None:
+        if not np.array_equal(np.asarray(got), np.asarray(expected)):
+            failed.append(label)
+
     n = 8
     host = np.arange(1, n + 1, dtype=np.float32)
 
@@ -117,8 +106,8 @@ def main(argv: list[str]) -> int:
     # -- 1. a more specific method -------------------------------------------------------
     @cl.kernel  # generic: every floating element type
     def scale(x: cl.Array[np.floating], a: np.floating) -> str:
-        # ctype imported here: using main()'s `cl` would make this def a closure, and a
-        # closure is a kernel of its own, not a method of the scale defined below
+        # ctype imported here: main()'s `cl` would make this def a closure, which is a kernel
+        # of its own, not a method of the scale defined below
         from specializer.backends.opencl import ctype
 
         t = ctype(x.dtype)
@@ -128,8 +117,8 @@ def main(argv: list[str]) -> int:
     w0 = specializer.latest()
     _say("\n1. A kernel, then a more specific method for float32 (building; about a second)")
     naive_got, ours = run_both(scale, np.float32(2))
-    checks.expect("scale before", ours, host * 2)
-    checks.expect("naive scale before", naive_got, host * 2)
+    expect("scale before", ours, host * 2)
+    expect("naive scale before", naive_got, host * 2)
     _say(f"  scale(x, 2) in world {w0} (defining scale: {w0 - 1} -> {w0}):")
     _say(f"    both caches run x * 2: {ours}")
 
@@ -140,14 +129,10 @@ def main(argv: list[str]) -> int:
 
     w1 = specializer.latest()
     naive_got, ours = run_both(scale, np.float32(2))
-    show(
-        f"a method scale(Array[np.float32], np.float32) is defined: world {w0} -> {w1}",
-        host * 2 + 1,
-        naive_got,
-        ours,
-    )
-    checks.expect("scale after a more specific method", ours, host * 2 + 1)
-    checks.expect("the naive cache keeps the old code", naive_got, host * 2)
+    what = f"a method scale(Array[np.float32], np.float32) is defined: world {w0} -> {w1}"
+    show(what, host * 2 + 1, naive_got, ours)
+    expect("scale after a more specific method", ours, host * 2 + 1)
+    expect("the naive cache keeps the old code", naive_got, host * 2)
 
     # -- 2. a device function redefined --------------------------------------------------
     _say("\n2. A kernel calling a device function, then the device function redefined")
@@ -163,8 +148,8 @@ def main(argv: list[str]) -> int:
                       x[get_global_id(0)] = offset(x[get_global_id(0)]) * a; }"""
 
     naive_got, ours = run_both(shift, np.float32(1))
-    checks.expect("shift before", ours, host + 10)
-    checks.expect("naive shift before", naive_got, host + 10)
+    expect("shift before", ours, host + 10)
+    expect("naive shift before", naive_got, host + 10)
     w2 = specializer.latest()
     _say(
         f"  shift(x, 1) in world {w2} (defining offset: {w_before} -> {w_before + 1}, "
@@ -179,18 +164,13 @@ def main(argv: list[str]) -> int:
 
     w3 = specializer.latest()
     naive_got, ours = run_both(shift, np.float32(1))
-    show(
-        f"offset() redefined to add 100: world {w2} -> {w3}",
-        host + 100,
-        naive_got,
-        ours,
-    )
-    checks.expect("shift after the callee changed", ours, host + 100)
-    checks.expect("the naive cache keeps the old callee", naive_got, host + 10)
+    show(f"offset() redefined to add 100: world {w2} -> {w3}", host + 100, naive_got, ours)
+    expect("shift after the callee changed", ours, host + 100)
+    expect("the naive cache keeps the old callee", naive_got, host + 10)
     recompiled = specializer.compile_count() - compiles
     _say(f"  recompiled: {recompiled} kernel (shift); scale kept its code")
     if recompiled != 1:
-        checks.failed.append(f"the redefinition recompiled {recompiled} kernels, not 1")
+        failed.append(f"the redefinition recompiled {recompiled} kernels, not 1")
 
     # -- 3. an older world -----------------------------------------------------------------
     _say(f"\n3. A task pinned to world {w2} (before offset changed) runs that world's code")
@@ -204,8 +184,8 @@ def main(argv: list[str]) -> int:
     new = in_old_world()
     _say(f"  in world {w2}: {old}   (x + 10)")
     _say(f"  in world {w3}: {new}   (x + 100)")
-    checks.expect("the pinned task runs the old callee", old, host + 10)
-    checks.expect("the latest world runs the new callee", new, host + 100)
+    expect("the pinned task runs the old callee", old, host + 10)
+    expect("the latest world runs the new callee", new, host + 100)
 
     # -- 4. what a launch costs ------------------------------------------------------------
     source = "__kernel void acc(__global float *x, float a) { x[get_global_id(0)] += a; }"
@@ -220,8 +200,7 @@ def main(argv: list[str]) -> int:
     floor = pyopencl.Kernel(program, "acc")
     x = cla.zeros(queue, 1, np.float32)
     one = np.float32(1)
-    # pyopencl's stubs type Array.data as MemoryObjectHolder, which its set_arg and
-    # Kernel.__call__ stubs do not list (a Buffer, what it is here, is one)
+    # pyopencl's stubs: Array.data (a Buffer) is a MemoryObjectHolder, not in set_arg's types
     floor.set_arg(0, x.data)  # type: ignore[arg-type]
     floor.set_arg(1, one)
     hk = cl.clfunction(acc, (cl.Array[np.float32], np.float32))
@@ -229,28 +208,20 @@ def main(argv: list[str]) -> int:
     launch, enqueue, finish = cl.launch, pyopencl.enqueue_nd_range_kernel, queue.finish
 
     def ours_launch(m: int) -> None:
-        for i in range(m):
+        for _ in range(m):
             launch(acc, x, one, global_size=1)
-            if i % 100 == 99:
-                finish()
 
     def ours_host(m: int) -> None:
-        for i in range(m):
+        for _ in range(m):
             hk(x, one, global_size=1)
-            if i % 100 == 99:
-                finish()
 
     def pyopencl_typed(m: int) -> None:
-        for i in range(m):
+        for _ in range(m):
             typed(queue, (1,), None, x.data, one)  # type: ignore[arg-type]  # as set_arg above
-            if i % 100 == 99:
-                finish()
 
     def bare(m: int) -> None:
-        for i in range(m):
+        for _ in range(m):
             enqueue(queue, floor, (1,), None)
-            if i % 100 == 99:
-                finish()
 
     variants = {
         "specializer launch(acc, x, a, global_size=1)": ours_launch,
@@ -275,8 +246,9 @@ def main(argv: list[str]) -> int:
             names = names[r % len(names) :] + names[: r % len(names)]
             for name in names:
                 t = time.thread_time_ns()
-                variants[name](launches)
-                finish()
+                for done in range(0, launches, 100):  # a finish every 100 launches
+                    variants[name](min(100, launches - done))
+                    finish()
                 samples[name].append((time.thread_time_ns() - t) / launches / 1000)
             _say(".", end="")
     finally:
@@ -285,7 +257,7 @@ def main(argv: list[str]) -> int:
     total = x.get()[0]
     expected = launches * rounds * len(variants)
     if total != expected:
-        checks.failed.append(f"the timed launches added up to {total}, not {expected}")
+        failed.append(f"the timed launches added up to {total}, not {expected}")
     medians = {name: statistics.median(s) for name, s in samples.items()}
     ref = medians["pyopencl knl(queue, (1,), None, x.data, a), typed scalars"]
     _say(f"\n  | {'launch':<58} | µs/launch | x typed pyopencl |")
@@ -295,8 +267,8 @@ def main(argv: list[str]) -> int:
     _say(f"  all {expected} timed launches ran: x[0] = {total:.0f}")
     _say("  (instruction counts, which a shared machine does not disturb: tools/bench_launch.py)")
 
-    if checks.failed:
-        _say(f"\nFAILED: {'; '.join(checks.failed)}")
+    if failed:
+        _say(f"\nFAILED: {'; '.join(failed)}")
         return 1
     _say("\nEvery result matched numpy; the naive cache ran stale code twice, as expected.")
     return 0

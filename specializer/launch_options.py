@@ -1,9 +1,7 @@
-"""A launch's options and compiler kwargs as the core handles them: the defaults an option may
-have, the markers of an option or kwarg not given (``NOTHING``, ``REQUIRED``), compiler kwargs
-frozen for a front entry, and the errors a miss raises before anything is typed (an unknown
-keyword, a missing required option, a count no method takes: SPEC 8). Each builder returns its
-error: the caller raises it, so no frame of this module stands above the user's line.
-"""
+"""A launch's options and compiler kwargs as the core handles them: the markers of one not given,
+compiler kwargs frozen for a front entry, and the errors a miss raises before anything is typed
+(SPEC 8). Each builder returns its error: the caller raises it, so no frame of this module stands
+above the user's line."""
 
 from __future__ import annotations
 
@@ -25,17 +23,15 @@ if TYPE_CHECKING:
 _DEFAULTS = ("required", "none", "zero", "false")
 #: a lifted compiler kwarg that was not given
 NOTHING: Any = type("NothingGiven", (), {"__repr__": lambda self: "<not given>"})()
-#: the default of a "required" launch option in the generated signatures: a launch that
+#: the default of a "required" launch option in the generated signatures, so that a launch that
 #: misspells one (``global_sise=``) reaches the slow path, which names the misspelling,
-#: rather than Python's "missing 1 required keyword-only argument" (a default costs a call
-#: that gives the option nothing)
+#: rather than Python's "missing 1 required keyword-only argument"
 REQUIRED: Any = type("RequiredOption", (), {"__repr__": lambda self: "<required>"})()
 
 
 def keyword_error(launcher: Launcher, unknown: Iterable[str]) -> TypeError:
-    """The error for a launch given keywords ``unknown`` that are neither launch nor
-    compiler options: each named, with the nearest option when one is close, and both
-    lists (SPEC 8). A back-end's ``key`` may raise it too."""
+    """The error for a launch given keywords ``unknown`` that are neither launch nor compiler
+    options (SPEC 8). A back-end's ``key`` may raise it too."""
     compiler = launcher.compiler_help or (
         f"compiler options are {', '.join(launcher.compiler_kwargs)}"
         if launcher.compiler_kwargs
@@ -51,11 +47,8 @@ def keyword_error(launcher: Launcher, unknown: Iterable[str]) -> TypeError:
 def call_error(
     launcher: Launcher, F: Any, nargs: int, given: tuple[Any, ...], kw: dict[str, Any]
 ) -> TypeError | None:
-    """The error of what a miss checks first, before anything is typed or dispatched
-    (SPEC 8): every keyword is an option (when the compiler options are all known),
-    every required launch option was given, and some method of the kernel, in the
-    task's world, takes this many arguments (captured values counted); None when all
-    is well."""
+    """The error of what a miss checks before anything is typed (SPEC 8): known keywords, the
+    required launch options given, a method taking this many arguments; None if all is well."""
     if launcher.compiler_kwargs:
         unknown = [k for k in kw if k not in launcher.compiler_kwargs]
         if unknown:
@@ -64,15 +57,14 @@ def call_error(
         if v is REQUIRED:
             return TypeError(
                 f"{launcher.launch_name} of kernel {name_of(F)} is missing the required launch "
-                f"option "
-                f"{option}=: launch options are {', '.join(launcher.options)}"
+                f"option {option}=: launch options are {', '.join(launcher.options)}"
             )
     return count_error(launcher, F, nargs, launcher.launch_name)
 
 
 def count_error(launcher: Launcher, F: Any, nargs: int, what: str) -> MethodError | None:
-    """A MethodError (a TypeError) that says so when no method of the kernel visible in
-    the task's world takes ``nargs`` arguments after ``F``'s captured values; else None."""
+    """A MethodError when no method of the kernel in the task's world takes ``nargs`` arguments
+    after ``F``'s captured values; else None."""
     kernel = F if isinstance(F, Kernel) else F.kernel
     ncaptured = len(captured_of(F))
     methods = kernel.methods()
@@ -98,10 +90,9 @@ _ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None), frozenset
 
 
 def frozen(v: Any) -> Any:
-    """A compiler kwarg's value as a front entry keeps it: the value itself when it cannot
-    change, a private copy of a list, tuple or dict (compared by value with what a later
-    launch gives, so a list edited in place does not hit), or ``NOTHING`` for any other type
-    (a ``UserList``, a ``deque``: a launch given one looks up by the value it has then)."""
+    """A compiler kwarg's value as a front entry keeps it: the value itself when immutable, a
+    private copy of a list, tuple or dict (so a list edited in place does not hit), or
+    ``NOTHING`` for any other type (a launch given one looks up by the value it has then)."""
     cls = v.__class__
     if cls in _ATOMS or isinstance(v, (np.number, np.bool_)):
         return v

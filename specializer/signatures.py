@@ -1,7 +1,5 @@
-"""Signatures: the tuples of argument types that methods are defined for and dispatch is
-asked on: read from annotations (:func:`signature_of`), spelled for messages
-(:func:`signature`), checked before dispatch (:func:`_check_tt`, :func:`_as_world`).
-"""
+"""Signatures, the argument-type tuples of methods and dispatch: read from annotations, spelled
+for messages, checked before dispatch."""
 
 from __future__ import annotations
 

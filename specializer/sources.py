@@ -1,7 +1,5 @@
-"""A method's device source with the options its types need: :class:`KernelSource`, the
-splitting of options given as one str, and the check of the options a job's methods returned.
-Written once for every back-end; each subclasses :class:`KernelSource` to name its compiler's
-options and to document what it takes."""
+"""A method's device source with the options its types need (:class:`KernelSource`, which each
+back-end subclasses), option splitting, and the check of the options a job's methods returned."""
 
 from __future__ import annotations
 
@@ -18,9 +16,8 @@ _S = TypeVar("_S", bound="KernelSource")
 
 
 def split_options(options: Any, what: str, kind: str) -> tuple[Any, ...]:
-    """``options`` as a tuple: a str split by shell rules, as pyopencl splits build options
-    (``"-DVAL='1+2' -DW=1"`` is two), a sequence as it is; ``what`` (``"options="``) and
-    ``kind`` (``"NVRTC option strings"``) name them in errors."""
+    """``options`` as a tuple: a str split by shell rules, as pyopencl splits build options, a
+    sequence as it is; ``what`` (``"options="``) and ``kind`` name them in errors."""
     if isinstance(options, str):
         try:
             return tuple(shlex.split(options))
@@ -56,8 +53,7 @@ class KernelSource(str):
 
 
 def method_options(job: CompilerJob, sources: Sequence[str]) -> tuple[str, ...]:
-    """The options the job's method bodies returned (in a :class:`KernelSource`), the
-    callees' first; one that is not a str is a ``TypeError`` naming the method."""
+    """The options the job's methods returned, the callees' first; a non-str is a TypeError."""
     out: list[str] = []
     for mi, part in zip((*job.callees, job.mi), sources):
         options = getattr(part, "options", ())

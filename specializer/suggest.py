@@ -16,8 +16,8 @@ def nearest(name: str, choices: Iterable[str]) -> str | None:
 
 
 def unknown_keywords(given: Iterable[str], choices: Iterable[str]) -> str:
-    """``name`` (or ``a, b``) for the unknown keywords ``given``, each followed by the
-    nearest of ``choices`` when one is close: ``global_sise (did you mean global_size?)``."""
+    """The unknown keywords ``given``, each with the nearest of ``choices`` when one is close:
+    ``global_sise (did you mean global_size?)``."""
     valid: Sequence[str] = list(choices)
     out = []
     for name in sorted(given):
@@ -34,8 +34,7 @@ DECORATOR_KEYWORDS = (
 
 
 def decorator_keywords(what: str, unknown: Iterable[str]) -> TypeError:
-    """The error for a kernel or device decorator (``what``, as the user spells it) given
-    keywords ``unknown``: each named, with the nearest accepted one, and every one it takes."""
+    """The error for a kernel or device decorator (``what``) given keywords ``unknown``."""
     names = unknown_keywords(unknown, (name for name, _ in DECORATOR_KEYWORDS))
     return TypeError(
         f"{what} got unknown keyword argument(s) {names}: it takes "
