@@ -1,16 +1,9 @@
 """Generic functions: method tables with world validity ranges, and dispatch.
 
-A :class:`GenericFunction` holds methods; each has a signature (a tuple of
-argument types, from its annotations) and a validity range
-``[min_world, max_world]``. Adding a method raises the world; replacing one
-(same signature) closes the old one's range and never deletes it, so an older
-world still dispatches as it did; so does deleting one (``delete_method``), which
-closes its range too. ``methodinstance(tt, world)`` picks the most specific method
-visible in that world.
-
-Code compiled against a method table registers a *backedge* on it
-(:meth:`GenericFunction.add_backedge`); a definition that changes what such a
-dispatch would pick ends that code's validity before the new world is published.
+Each method has a signature (argument types, from its annotations) and a validity range
+``[min_world, max_world]``. Adding, replacing or deleting a method raises the world and closes
+the old one's range without erasing it, so an older world still dispatches as it did.
+``methodinstance(tt, world)`` picks the most specific method visible in that world.
 """
 
 from __future__ import annotations
@@ -60,10 +53,9 @@ def _sig_str(name: str, sig: Sequence[type], names: Callable[[type], str] = _tna
 
 
 def _namer(types: Iterable[type]) -> Callable[[type], str]:
-    """How one message names ``types``: each by its short name (:func:`_tname`), except where
-    two different types would read the same; those are qualified (``Weak[int]`` and
-    ``builtins.int``, ``specializer.backends.opencl.Array[np.float32]`` and
-    ``specializer.backends.cuda.Array[np.float32]``), and numbered if they still do."""
+    """How one message names ``types``: by short name, qualified where two types would read the
+    same (``Weak[int]`` and ``builtins.int``, two back-ends' ``Array[np.float32]``), and
+    numbered by id if they still do."""
     by_name: dict[str, list[type]] = {}
     for t in dict.fromkeys(types):
         by_name.setdefault(_tname(t), []).append(t)
@@ -119,9 +111,8 @@ class Method:
         self.min_world = min_world
         self.max_world = _world.WORLD_MAX
         self._instances: dict[tuple[type, ...], MethodInstance] = {}
-        #: the method of this signature that this one replaced (older worlds reach it
-        #: through this chain), and a jump pointer further back along it: the skew-binary
-        #: scheme, so finding the version of a world takes O(log n) steps of a chain of n
+        #: the method of this signature this one replaced, and a jump pointer further back
+        #: (skew-binary: finding a world's version takes O(log n) steps of a chain of n)
         self.prior = prior
         if prior is None:
             self.depth, self.jump = 0, self
@@ -140,7 +131,7 @@ class Method:
 
     def applies_weak(self, tt: tuple[type, ...]) -> bool:
         """Whether this method takes ``tt`` when each weak type in it may also take the
-        concrete member of its family that the method declares there (docs: argument kinds)."""
+        concrete member of its family that the method declares there."""
         sig = self.signature
         return len(sig) == len(tt) and all(
             is_subtype(resolve_weak(a, s), s) for a, s in zip(tt, sig)
@@ -172,9 +163,8 @@ class MethodInstance:
     def __init__(self, method: Method, tt: tuple[type, ...]) -> None:
         self.method = method
         self.tt = tt
-        #: the compiled-code cache's part for this method instance (see
-        #: :mod:`specializer.compiler`): config's small int -> code instances, newest first,
-        #: each tuple replaced whole. Owned here, so the code goes with its method (and kernel)
+        #: the compiled-code cache's part (config's small int -> code instances, newest
+        #: first, each tuple replaced whole): owned here, so the code goes with its method
         self.code: dict[int, tuple[CodeInstance, ...]] = {}
 
     @property
@@ -191,15 +181,10 @@ _GF = TypeVar("_GF", bound="GenericFunction")
 class GenericFunction:
     """A named method table. ``@gf.method`` adds (or replaces) a method from annotations.
 
-    Dispatch goes through a cache per argument-type tuple ``tt`` holding world ranges, as
-    Julia's method cache does: a lookup in a world that one of them covers costs a dict
-    lookup and a range check, whatever the number of methods and of earlier definitions. A
-    miss in a world from the newest definition on looks only at the methods visible there
-    (the table's ``live``); a miss in an older world finds each signature's method of that
-    world along its chain of replaced methods, in steps logarithmic in the chain's length. A
-    definition ends the ranges (and the backedges) of the signatures whose dispatch it
-    changes, and only those: it looks at each cached signature once, not at every method
-    ever defined, and publishes a table of the live methods, not of the history.
+    Dispatch goes through a cache of world ranges per argument-type tuple, as Julia's method
+    cache does: a hit costs a dict lookup and a range check, whatever the number of methods
+    and of earlier definitions. A definition ends the ranges (and backedges) of the
+    signatures whose dispatch it changes, and only those.
     """
 
     def __init__(self, name: str) -> None:
@@ -210,8 +195,7 @@ class GenericFunction:
         self._table = _Table((), 0, {}, ())
         #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
         self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
-        #: the cached lookup's specialized functions of this F (``specializer.lookup.OWN``):
-        #: held here, so they go with it
+        #: the cached lookup's specialized functions of this F (``lookup.OWN``): they go with it
         self._specializer_lookups: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
@@ -245,10 +229,9 @@ class GenericFunction:
         """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``;
         ``localns=locals()`` where string annotations name the defining function's locals).
 
-        ``fn`` may have any name (``def _``, as ``functools.singledispatch``'s ``register``):
-        the method is ``gf``'s. Returns the generic function, so the decorated name refers to
-        it. It goes through :meth:`add_method`, where a kernel or device function checks the
-        definition as its back-end's decorator does.
+        ``fn`` may have any name (``def _``, as ``functools.singledispatch``'s ``register``).
+        Returns the generic function, so the decorated name refers to it. A kernel or device
+        function checks the definition as its back-end's decorator does.
         """
         if fn is None:
             return lambda f: self.method(f, callees=callees, localns=localns)
@@ -292,12 +275,8 @@ class GenericFunction:
     def _define(
         self, fn: Callable[..., Any], sig: tuple[type, ...], callees: tuple[GenericFunction, ...]
     ) -> Method:
-        """Make a definition in world ``latest() + 1``. Call with the world lock held.
-
-        The method replaces the live one of its signature (which is closed at the current
-        world, its chain going on from the new one), or continues the chain of a deleted
-        one, or starts a chain of its own. See :meth:`_change` for how it is published.
-        """
+        """Make a definition in world ``latest() + 1``. Call with the world lock held. The
+        method replaces the live one of its signature, or continues a deleted one's chain."""
         _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
         old = self._table
         latest = _world.latest()
@@ -321,22 +300,13 @@ class GenericFunction:
     ) -> None:
         """Publish a change of the method table in world ``latest() + 1``: ``live`` and
         ``deleted`` are the new table's, ``changed`` the method added or deleted (only the
-        signatures it takes can dispatch differently now; a replaced method has the new one's
-        signature), ``closed`` the methods whose range ends at the current world. Call with
-        the world lock held, after ``world.undo_in_flight()`` and reading ``old``.
+        signatures it takes can dispatch differently), ``closed`` the methods whose range ends
+        at the current world. Call with the world lock held, after ``world.undo_in_flight()``.
 
-        Everything is computed aside from the current table. Then the change is recorded as
-        in flight with its undo, the closed methods and the code whose dispatch it changes
-        are closed at the current world (no reader is past it yet, so nothing they see
-        changes), the new table is published (all it changes is from the new world on), and
-        the new world is published, which ends the record: from that store on the change is
-        whole. An interrupt before it leaves the record, and whoever raises the world next
-        undoes the rest first (see ``world.begin_definition``). Last, code no world can
-        reach is released (the sweep; what an interrupt leaves of it, the next definition's
-        sweep releases).
-
-        What it costs is what it touches: the live methods, the cached signatures and the
-        edges on those ``changed`` takes; never the replaced or deleted methods.
+        Computed aside, recorded in flight with its undo, then published; an interrupt before
+        the new world is published is undone by the next definition (docs/design.md, "A
+        definition is computed aside and published"). It costs what it touches, never the
+        replaced or deleted methods.
         """
         latest = _world.latest()
         dispatch = {}
@@ -358,21 +328,19 @@ class GenericFunction:
             m.max_world = latest  # closed at a world no reader is past yet: nothing changes
         self._table = _Table(live, new_world, dispatch, deleted)
         _world.publish_world(new_world)  # the change is whole from here
-        for table, ref in done:  # (an edge ended here stays on other tables, closed, until
-            table.pop(ref, None)  # it goes or a definition there finds it closed)
+        for table, ref in done:  # an ended edge stays closed on other tables until dropped
+            table.pop(ref, None)
         for listener in _on_invalidate:
             listener(ended, True)
 
     def delete_method(self, method: Method | tuple[Any, ...]) -> Method:
         """Remove a method, as Julia's ``Base.delete_method``; raises the world.
 
-        ``method`` is one of :meth:`methods` (a :class:`Method`) or its signature (the tuple
-        of argument types ``m.signature`` shows). From the new world on, dispatch is as if it
-        had never been defined: a less specific method takes its types again, or they are a
-        :class:`MethodError`; code compiled against it is invalidated as by a redefinition.
-        Its range is closed, not erased, so an older world (``invoke_in_world``) still sees
-        it; a later definition of its signature is a new method. A signature with no live
-        method is a ``ValueError`` listing the methods. Returns the deleted method.
+        ``method`` is one of :meth:`methods` or its signature (as ``m.signature`` shows it).
+        From the new world on, dispatch is as if it had never been defined, and code compiled
+        against it is invalidated as by a redefinition; an older world (``invoke_in_world``)
+        still sees it. A signature with no live method is a ``ValueError`` listing the
+        methods. Returns the deleted method.
         """
         if not isinstance(method, (Method, tuple)):
             raise TypeError(
@@ -421,9 +389,6 @@ class GenericFunction:
         """The methods visible in ``world`` (default: the task's world)."""
         w = _world.current() if world is None else _as_world(self.name, world)
         return list(self._table.visible(w))
-
-    def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
-        return self._select(tt, self._table.visible(world), world)
 
     def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
         try:
@@ -504,21 +469,18 @@ class GenericFunction:
         # Under the world lock, so no definition runs between reading the table and storing
         # the range computed from it (which that definition would then fail to end).
         with _world.lock():
-            return self._dispatch_and_cache(tt, w)
-
-    def _dispatch_and_cache(self, tt: tuple[type, ...], w: int) -> MethodInstance:
-        memo = self._table.dispatch
-        entries = memo.get(tt, ())
-        for e in entries:
-            if e.min_world <= w <= e.max_world:
-                return e.mi
-        m = self._dispatch(tt, w)
-        mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
-        if w <= _world.latest():
-            lo, hi = self._table.dispatch_range(tt, w)
-            kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
-            memo[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
-        return mi
+            table = self._table
+            entries = table.dispatch.get(tt, ())
+            for e in entries:
+                if e.min_world <= w <= e.max_world:
+                    return e.mi
+            m = self._select(tt, table.visible(w), w)
+            mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+            if w <= _world.latest():
+                lo, hi = table.dispatch_range(tt, w)
+                kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
+                table.dispatch[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
+            return mi
 
     # -- backedges -----------------------------------------------------------------------
 
