@@ -1,9 +1,7 @@
 """What every back-end shares: generic kernels and device functions, captured values
-(kernel instances), scalar argument types, and the uncached kernel lookup.
-
-A back-end makes one :class:`Definitions` (its decorators), maps values to argument types with
-its own ``typeof``, and wraps :func:`uncached_lookup` in ``cached_lookup`` through the
-:class:`LookupSite` its :class:`specializer.launching.Launcher` makes.
+(kernel instances), scalar argument types, and the uncached kernel lookup. A back-end makes one
+:class:`Definitions` (its decorators) and wraps :func:`uncached_lookup` in ``cached_lookup``
+through a :class:`LookupSite`.
 """
 
 from __future__ import annotations
@@ -53,8 +51,8 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
 
 #: The numpy types of the scalar values a kernel takes (an annotation is one or above one).
 _SCALAR_VALUES = frozenset(SCALAR_TYPES.values())
-#: Python scalar type -> (what its values dispatch as, what to annotate instead): a Python
-#: value of it is weak (SPEC 8), so no argument has the Python type itself.
+#: Python scalar type -> (what its values dispatch as, what to annotate instead): its values
+#: are weak (SPEC 8), so no argument has the Python type itself.
 _PYTHON_SCALARS = {
     int: ("np.int64 or the concrete integer type", "np.int64, np.int32 or np.integer"),
     float: ("np.float64 or the concrete floating type", "np.float64, np.float32 or np.floating"),
@@ -78,8 +76,8 @@ class _ByName:
     __module__: str
     __name__: str
     __qualname__: str
-    #: the closure cells of the definition that made it (``()`` without a closure): part of
-    #: its key in :class:`Definitions`, and held here so their ids there stay theirs
+    #: the closure cells of its definition: part of its key in :class:`Definitions`, held
+    #: here so their ids there stay theirs
     _cells: tuple[Any, ...]
     _definitions: Definitions  # the definitions that made it: it is theirs (Definitions.own)
 
@@ -96,12 +94,9 @@ class _ByName:
 
 
 class DeviceFunction(_ByName, GenericFunction):
-    """A device function (callee): its methods take no parameters and return device source.
-
-    With no parameters a device function has one signature, so it has one method: a
-    definition through ``@square.method`` (a ``def`` of any name) replaces it, as running
-    ``@device def square`` again does. ``square.delete_method(())`` removes it: a kernel
-    calling it then fails at its next compile, until ``square`` is defined again."""
+    """A device function (callee): its one method takes no parameters and returns device
+    source. ``@square.method`` replaces it, as running ``@device def square`` again does;
+    ``square.delete_method(())`` removes it (a kernel calling it then fails to compile)."""
 
     def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if args or "signature" in kwargs:
@@ -122,11 +117,9 @@ class DeviceFunction(_ByName, GenericFunction):
 class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
 
-    ``@k.method`` on a ``def`` of any name adds a method to ``k`` as its back-end's
-    ``@kernel`` does, the spelling type checkers accept for a second method;
-    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it),
-    raising the world; ``k.methods()`` lists the methods a launch can dispatch to. (See
-    :class:`~specializer.methods.GenericFunction`.)"""
+    ``@k.method`` on a ``def`` of any name adds a method as the back-end's ``@kernel`` does
+    (the spelling type checkers accept for a second method); ``k.delete_method(signature)``
+    removes one; ``k.methods()`` lists those a launch can dispatch to."""
 
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)
@@ -274,8 +267,8 @@ class Decorator(Protocol[_F, _G]):
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The function ``fn`` wraps (``__wrapped__``, followed to the end): a definition is keyed
-    by the ``def`` itself, not by a wrapper's closure, new on every decoration."""
+    """The ``def`` that ``fn`` wraps (``__wrapped__``, followed): a definition is keyed by it,
+    not by a wrapper's closure, new on every decoration."""
     try:
         inner: Callable[..., Any] = inspect.unwrap(fn)
     except ValueError:  # a cycle of __wrapped__: the function as it is
@@ -320,9 +313,8 @@ class Definitions:
     ) -> None:
         self.typeof = typeof
         self.module = module  # its decorators' and messages': "specializer.backends.opencl"
-        #: the roots of the argument types ``typeof`` returns besides numpy scalar types (the
-        #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
-        #: annotation must be at or below one of them or a numpy scalar type, or above one
+        #: the roots of the argument types ``typeof`` returns besides numpy scalar types: a
+        #: kernel's annotation must be at, below or above one of them or a numpy scalar type
         self.argtypes = tuple(argtypes)
         #: (module, qualified name, class, ids of the closure cells) -> the definition; those
         #: with a closure weakly (a definition holds its cells, so their ids stay theirs)
@@ -332,13 +324,12 @@ class Definitions:
         )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
-        #: the attributes the launchers over these definitions keep their entries under (a
-        #: kernel's front entry, a where's table): each launcher's own; and the kernels' ones
+        #: the attributes the launchers over these definitions keep their entries under, and
+        #: the kernels' ones
         self.launcher_attrs: frozenset[str] = frozenset()
         self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
-        #: ``@kernel``, ``@kernel(callees=[...])``: define a kernel method; ``@device``: a
-        #: device function (a callee). Each with its back-end's docstring (what it takes).
+        #: ``@kernel`` and ``@device``, each with its back-end's docstring
         self.kernel: Decorator[Callable[..., str], Kernel] = self._decorator(
             Kernel, "kernel", kernel_doc
         )
@@ -356,8 +347,7 @@ class Definitions:
         if not callable(fn):
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
-        # a kernel's annotations are checked before anything is defined
-        sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None
+        sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None  # checked first
         inner = _unwrapped(fn)  # a wrapping decorator's product is the def it wraps (SPEC 7)
         module = getattr(inner, "__module__", None) or ""
         qualname = getattr(inner, "__qualname__", name)
@@ -458,8 +448,8 @@ class Definitions:
 
     def kernel_slots(self, *names: str) -> None:
         """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
-        each kernel): a slot reads at one cost, where attributes on some kernels only make
-        every kernel's dict slower. Kernels defined before keep what they have."""
+        each kernel): a slot reads at one cost, where a dict attribute on some kernels slows
+        every kernel's. Kernels defined before keep what they have."""
         self.kernel_class = type(
             "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
         )
@@ -524,9 +514,8 @@ class Definitions:
 
 
 class LookupSite:
-    """A back-end's one call site of the cached lookup (the launch path's miss runs it).
-    :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V, F, tt, key)``, ``link``
-    being the uncached lookup and the call site (every key is a tuple)."""
+    """A back-end's one call site of the cached lookup: :meth:`lookup` is
+    ``cached_lookup(lambda: link(F, tt, key), V, F, tt, key)`` (every key is a tuple)."""
 
     def __init__(
         self, definitions: Definitions, V: type, link: Callable[[Any, tuple[type, ...], Any], Any]

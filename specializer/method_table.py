@@ -1,14 +1,6 @@
 """A generic function's method table as one value (:class:`_Table`), replaced whole by each
-definition, and what a world sees of it.
-
-The table holds the live methods, each the head of its signature's chain of replaced methods
-(``Method.prior``, with a jump pointer further back), the closed heads of deleted ones, and
-the dispatch memo. A world from the newest definition on sees the live methods; an older one
-finds each signature's method of its world along the chain (:func:`_version`), in steps
-logarithmic in the chain's length. :meth:`_Table.dispatch_range` is the range of worlds over
-which a dispatch computed in one world holds, which the memo stores (the newest
-:data:`DISPATCH_DEPTH` ranges per signature). :func:`_undo` puts a table back when an
-interrupt stopped a definition before its world was published.
+definition, and what a world sees of it: the live methods from the newest definition on, and
+in an older world each signature's method of that world along its chain (:func:`_version`).
 """
 
 from __future__ import annotations
@@ -45,10 +37,9 @@ class _Dispatch:
 
 
 def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
-    """Along the chain of one signature from its newest method ``head`` (``Method.prior``,
-    ``min_world`` falling): the newest method defined by ``world`` (None: none was yet),
-    and the one defined after it (None: it is ``head``). O(log n) steps for a chain of n:
-    a jump pointer is taken whenever it still lands after ``world``."""
+    """Along the chain of one signature from its newest method ``head``: the newest method
+    defined by ``world`` (None: none was yet), and the one defined after it (None: it is
+    ``head``). O(log n) steps: a jump pointer is taken whenever it lands after ``world``."""
     if head.min_world <= world:
         return head, None
     n = head  # always defined after world
@@ -69,21 +60,19 @@ def _newest_first(e: _Dispatch) -> int:
 
 
 class _Table(NamedTuple):
-    """A generic function's methods as one value, replaced whole by each definition: what
-    it holds is the live methods and the dispatch memo, never the history, so publishing a
-    definition costs what it changes, whatever was defined before."""
+    """A generic function's methods as one value, replaced whole by each definition. It holds
+    the live methods and the dispatch memo, never the history, so publishing a definition
+    costs what it changes."""
 
-    #: the methods visible in every world from ``since`` on (the newest of each signature),
-    #: each the head of its signature's chain of replaced methods (``Method.prior``), through
-    #: which an older world dispatches
+    #: the methods visible in every world from ``since`` on, each the head of its signature's
+    #: chain of replaced methods (``Method.prior``)
     live: tuple[Method, ...]
     since: int
-    #: tt -> cached dispatches, newest first: a memo of this table, filled under the world
-    #: lock with dispatches computed from it; a new table starts a new one
+    #: tt -> cached dispatches, newest first, filled under the world lock (at most
+    #: :data:`DISPATCH_DEPTH`); a new table starts a new memo
     dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
-    #: the heads of the chains whose newest method was deleted (``delete_method``): each
-    #: closed (its ``max_world`` before ``since``), kept for the older worlds that still see
-    #: it; a later method of its signature continues its chain (and takes it off this list)
+    #: the closed heads of the chains whose newest method was deleted, kept for older worlds;
+    #: a later method of the signature continues the chain
     deleted: tuple[Method, ...] = ()
 
     @property
@@ -93,8 +82,7 @@ class _Table(NamedTuple):
 
     @property
     def history(self) -> tuple[Method, ...]:
-        """Every method in the table, replaced and deleted ones included, in order of
-        definition (reflection and tests: it walks every chain)."""
+        """Every method, replaced and deleted ones included, in order of definition."""
         found = []
         for m in self.heads:
             chain: Method | None = m
@@ -120,16 +108,15 @@ class _Table(NamedTuple):
         its dispatch) are the same as in ``world``."""
         live, since = self.live, self.since
         if world >= since:
-            # Every live method is visible from ``since`` on; a replaced method's range
-            # ends where its (live, equally applicable) replacement's begins, and a deleted
-            # one's dispatch ends after its range.
+            # A replaced method's range ends where its live replacement's begins, and a
+            # deleted one's dispatch ends after its range.
             lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
             for d in self.deleted:
                 if d.applies_weak(tt):
                     lo = max(lo, d.max_world + 1)
             return lo, _world.WORLD_MAX
-        # An older world: each signature's method of that world, and the one after it
-        # (a chain holds one signature, so ``applies_weak`` is asked of its head only).
+        # An older world: each signature's method of that world, and the one after it (a
+        # chain holds one signature, so its head answers ``applies_weak`` for all).
         lo, hi = 1, _world.WORLD_MAX
         for head in self.heads:
             if not head.applies_weak(tt):

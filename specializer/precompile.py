@@ -1,8 +1,5 @@
-"""Precompile-output mode: store nothing that would outlive this process's worlds.
-
-As Julia's ``cached_lookup`` while generating output (world numbers and device handles mean
-nothing in another session): while the mode is on, cached lookups store nothing and writing
-generated source to disk is refused. ``docs/design.md`` says when a build wants it.
+"""Precompile-output mode, as Julia's while generating output: cached lookups store nothing and
+writing generated source is refused (world numbers mean nothing in another session).
 """
 
 from __future__ import annotations
@@ -46,8 +43,7 @@ class precompile_output(_world.Block):
         self._previous = _world.switch_precompile(bool(on)) if self._switch else None
 
     def __enter__(self) -> precompile_output:
-        # The innermost block rules inside it, whatever the switches say; a switch's block
-        # restores the previous switch as it begins, so nothing is left to do on exit.
+        # A switch's block restores the previous switch as it begins: nothing is left for exit.
         if self._switch:
             self._begin(switch=self._previous)
         else:
