@@ -270,24 +270,15 @@ class GenericFunction:
         else:
             sig = _check_tt(self.name, signature, "signature")
         with _world.lock():
-            return self._define(fn, sig, callees)
-
-    def _define(
-        self, fn: Callable[..., Any], sig: tuple[type, ...], callees: tuple[GenericFunction, ...]
-    ) -> Method:
-        """Make a definition in world ``latest() + 1``. Call with the world lock held. The
-        method replaces the live one of its signature, or continues a deleted one's chain."""
-        _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
-        old = self._table
-        latest = _world.latest()
-        replaced = [m for m in old.live if m.signature == sig]
-        prior = (
-            replaced[0] if replaced else next((m for m in old.deleted if m.signature == sig), None)
-        )
-        method = Method(self, fn, sig, callees, latest + 1, prior)
-        live = (*(m for m in old.live if m.signature != sig), method)
-        deleted = tuple(m for m in old.deleted if m is not prior)
-        self._change(old, live, deleted, method, replaced)
+            _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
+            old = self._table
+            # the new method continues the chain of the live or deleted one of its signature
+            prior = next((m for m in old.heads if m.signature == sig), None)
+            replaced = [m for m in old.live if m is prior]
+            method = Method(self, fn, sig, callees, _world.latest() + 1, prior)
+            live = (*(m for m in old.live if m.signature != sig), method)
+            deleted = tuple(m for m in old.deleted if m is not prior)
+            self._change(old, live, deleted, method, replaced)
         return method
 
     def _change(

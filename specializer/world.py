@@ -54,15 +54,11 @@ class _State(NamedTuple):
     """The process-wide world state: replaced whole, never changed."""
 
     latest: int
-    #: weak references to the with-blocks begun and not ended, in order of entry (a dead one
-    #: counts for nothing: its with statement is gone)
+    #: weak references to the with-blocks begun and not ended, in order of entry
     blocks: tuple[weakref.ref[Block], ...]
-    #: precompile-output mode as the environment variable sets it
-    precompile_env: bool
-    #: the mode as last switched outright (``precompile_output(flag)``), or None
-    switch: bool | None
-    #: this process is a fork of one that had imported specializer
-    forked: bool
+    precompile_env: bool  # precompile-output mode as the environment variable sets it
+    switch: bool | None  # the mode as last switched outright (precompile_output(flag)), or None
+    forked: bool  # a fork of a process that had imported specializer
     #: how to undo a definition in flight (recorded before its first change, cleared when its
     #: world is published), or None
     in_flight: Callable[[], object] | None
@@ -210,8 +206,7 @@ def begin_definition(undo: Callable[[], object]) -> int:
 
 
 def undo_in_flight() -> None:
-    """Undo a definition an interrupt left in flight. Call with :func:`lock` held, first thing
-    in whatever raises the world."""
+    """Undo a definition an interrupt left in flight: first thing (lock held) in a raiser."""
     global snapshot
     undo = snapshot.in_flight
     if undo is not None:
@@ -220,8 +215,7 @@ def undo_in_flight() -> None:
 
 
 def publish_world(new: int) -> None:
-    """Make ``new`` the latest world: the store that completes a definition. Call with
-    :func:`lock` held, after every change the definition makes."""
+    """Make ``new`` the latest world: the store that completes a definition (lock held)."""
     _publish(snapshot._replace(latest=new, in_flight=None))
 
 
@@ -350,7 +344,6 @@ class Block:
 
 
 def _blocks(state: _State) -> list[Block]:
-    """The live blocks of ``state``, in order of entry."""
     return [b for b in (r() for r in state.blocks) if b is not None]
 
 
@@ -426,10 +419,8 @@ def check_fork(what: str) -> None:
     it, e.g. ``"specializer's opencl back-end"``. A back-end that used a device before the fork
     calls this before it touches a context, a queue or a stream. The error says what the fork
     means for ``what`` (:func:`declare_fork`); nothing is raised for one declared fork-safe."""
-    if snapshot.forked:
-        consequence = _fork_rules.get(what, FORK_CONSEQUENCE)
-        if consequence is None:
-            return
+    consequence = _fork_rules.get(what, FORK_CONSEQUENCE)
+    if snapshot.forked and consequence is not None:
         raise RuntimeError(
             f"this process was forked after {what} was used; {consequence}: start worker "
             "processes with multiprocessing's 'spawn' start method "
