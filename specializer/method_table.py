@@ -22,15 +22,12 @@ def _range_str(lo: int, hi: int) -> str:
     return f"worlds {lo}..{'' if hi >= _world.WORLD_MAX else hi}"
 
 
-class _Dispatch:
+class _Dispatch(NamedTuple):
     """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
 
-    __slots__ = ("max_world", "mi", "min_world")
-
-    def __init__(self, min_world: int, max_world: int, mi: MethodInstance) -> None:
-        self.min_world = min_world
-        self.max_world = max_world
-        self.mi = mi
+    min_world: int
+    max_world: int
+    mi: MethodInstance
 
     def __repr__(self) -> str:
         return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
