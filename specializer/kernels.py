@@ -313,8 +313,7 @@ class Definitions:
     ) -> None:
         self.typeof = typeof
         self.module = module  # its decorators' and messages': "specializer.backends.opencl"
-        #: the roots of the argument types ``typeof`` returns besides numpy scalar types: a
-        #: kernel's annotation must be at, below or above one of them or a numpy scalar type
+        #: the roots of ``typeof``'s argument types besides numpy scalars (annotations' bounds)
         self.argtypes = tuple(argtypes)
         #: (module, qualified name, class, ids of the closure cells) -> the definition; those
         #: with a closure weakly (a definition holds its cells, so their ids stay theirs)
@@ -324,8 +323,7 @@ class Definitions:
         )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
-        #: the attributes the launchers over these definitions keep their entries under, and
-        #: the kernels' ones
+        #: the attributes launchers over these definitions keep entries under; the kernels' ones
         self.launcher_attrs: frozenset[str] = frozenset()
         self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
@@ -527,8 +525,4 @@ class LookupSite:
 
     def lookup(self, F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> Any:
         """The cached lookup of (F, tt) for ``key`` in the task's world."""
-
-        def lookup() -> Any:
-            return self.link(F, tt, key)
-
-        return specialize(self._site, self.V, F, tt, tuple)(key, lookup)
+        return specialize(self._site, self.V, F, tt, tuple)(key, lambda: self.link(F, tt, key))

@@ -61,15 +61,12 @@ class _Table(NamedTuple):
     the live methods and the dispatch memo, never the history, so publishing a definition
     costs what it changes."""
 
-    #: the methods visible in every world from ``since`` on, each the head of its signature's
-    #: chain of replaced methods (``Method.prior``)
+    #: the methods visible from ``since`` on, each the head of its signature's chain
     live: tuple[Method, ...]
     since: int
-    #: tt -> cached dispatches, newest first, filled under the world lock (at most
-    #: :data:`DISPATCH_DEPTH`); a new table starts a new memo
+    #: tt -> cached dispatches, newest first, filled under the world lock
     dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
-    #: the closed heads of the chains whose newest method was deleted, kept for older worlds;
-    #: a later method of the signature continues the chain
+    #: the closed heads of deleted chains, kept for older worlds (a new method continues one)
     deleted: tuple[Method, ...] = ()
 
     @property

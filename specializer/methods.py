@@ -401,8 +401,6 @@ class GenericFunction:
                 cands = [m for m in visible if m.applies_weak(tt)]
         else:
             cands = [m for m in visible if m.applies(tt)]
-        if len(cands) == 1:
-            return cands[0]
         best = [
             m
             for m in cands

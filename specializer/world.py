@@ -59,8 +59,7 @@ class _State(NamedTuple):
     precompile_env: bool  # precompile-output mode as the environment variable sets it
     switch: bool | None  # the mode as last switched outright (precompile_output(flag)), or None
     forked: bool  # a fork of a process that had imported specializer
-    #: how to undo a definition in flight (recorded before its first change, cleared when its
-    #: world is published), or None
+    #: how to undo a definition in flight (cleared when its world is published), or None
     in_flight: Callable[[], object] | None
 
 
@@ -100,8 +99,7 @@ _pins: dict[weakref.ref[_Pin], int] = {}
 _dead_pins: list[weakref.ref[_Pin]] = []
 #: Set when a dead pin's entry is dropped, until :func:`settle` releases what it kept.
 _unreleased: list[bool] = [False]
-#: What releases code kept for pins that died (the compiled-code cache's sweep); run by
-#: :func:`settle`.
+#: What releases code kept for pins that died (the compiled-code cache's sweep).
 on_unpinned: list[Callable[[], object]] = []
 
 
@@ -401,8 +399,7 @@ def forked() -> bool:
 
 #: what a fork means for the child, where the back-end did not say (Launcher.fork_consequence)
 FORK_CONSEQUENCE = "device contexts and queues do not survive fork, so a launch here would hang"
-#: what a fork means for each back-end that declared it, by the name :func:`check_fork` is
-#: given; None: fork-safe
+#: what a fork means for each back-end that declared it (None: fork-safe)
 _fork_rules: dict[str, str | None] = {}
 
 
