@@ -8,8 +8,6 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import world as _world
-
 if TYPE_CHECKING:
     from .methods import GenericFunction, Method
 
@@ -82,16 +80,3 @@ def _ending(
                     ended.append(edge)
                     done.append((table, ref))
     return ended, done
-
-
-def _open_edges(
-    edges: dict[tuple[type, ...], dict[Any, Method]],
-) -> list[tuple[tuple[type, ...], Method, Any]]:
-    """The entries of ``edges`` whose edge is still open: (tt, expected method, edge)."""
-    found = []
-    for tt, table in edges.copy().items():
-        for ref, m in table.copy().items():
-            edge = ref()
-            if edge is not None and edge.max_world >= _world.WORLD_MAX:
-                found.append((tt, m, edge))
-    return found

@@ -13,7 +13,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import world as _world
-from .backedges import Backedge, _check_edge, _ending, _open_edges
+from .backedges import Backedge, _check_edge, _ending
 from .backedges import _on_invalidate as _on_invalidate
 from .backedges import register_backedges as register_backedges
 from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
@@ -486,7 +486,13 @@ class GenericFunction:
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges that are still open: (tt, expected method, edge)."""
-        return _open_edges(self._edges)
+        found = []
+        for tt, table in self._edges.copy().items():
+            for ref, m in table.copy().items():
+                edge = ref()
+                if edge is not None and edge.max_world >= _world.WORLD_MAX:
+                    found.append((tt, m, edge))
+        return found
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""

@@ -67,10 +67,5 @@ def refuse_write(path: str | os.PathLike[str]) -> None:
         )
 
 
-def _from_environment() -> None:
-    value = os.environ.get(ENV_VAR, "").strip().lower()
-    if value not in ("", "0", "false", "no", "off"):
-        _world.set_environment_precompile(True)
-
-
-_from_environment()
+if os.environ.get(ENV_VAR, "").strip().lower() not in ("", "0", "false", "no", "off"):
+    _world.set_environment_precompile(True)
