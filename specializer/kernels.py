@@ -70,8 +70,7 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
 
 
 class _ByName:
-    """Kernels and device functions are named, and pickle by reference, as functions are: a
-    worker process gets the one its own import of the module defined."""
+    """Kernels and device functions pickle by name, as functions do (a worker imports its own)."""
 
     __module__: str
     __name__: str
@@ -267,8 +266,7 @@ class Decorator(Protocol[_F, _G]):
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``def`` that ``fn`` wraps (``__wrapped__``, followed): a definition is keyed by it,
-    not by a wrapper's closure, new on every decoration."""
+    """The ``def`` that ``fn`` wraps: a definition is keyed by it, not by a new wrapper."""
     try:
         inner: Callable[..., Any] = inspect.unwrap(fn)
     except ValueError:  # a cycle of __wrapped__: the function as it is
@@ -369,8 +367,7 @@ class Definitions:
     def kernel_signature(
         self, name: str, fn: Callable[..., Any], localns: dict[str, Any] | None
     ) -> tuple[type, ...]:
-        """The signature of ``fn`` as a method of kernel ``name`` (``@kernel``'s and
-        ``@k.method``'s), each annotation checked to be one some argument matches (SPEC 8)."""
+        """``fn``'s signature as a method of kernel ``name``, each annotation checked (SPEC 8)."""
         sig = signature_of(fn, localns)
         params = [
             p.name
@@ -390,8 +387,7 @@ class Definitions:
         return [gf for gf in defined if isinstance(gf, DeviceFunction)]
 
     def _unmatchable(self, t: type) -> str | None:
-        """Why no argument of this back-end can match annotation ``t`` (SPEC 8: "Annotations
-        are checked"), saying what to write instead; ``None`` when some can."""
+        """Why no argument can match annotation ``t``, saying what to write; None if some can."""
         if t in _PYTHON_SCALARS:
             takes, instead = _PYTHON_SCALARS[t]
             return (

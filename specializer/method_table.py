@@ -98,8 +98,7 @@ class _Table(NamedTuple):
         return found
 
     def dispatch_range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
-        """The worlds around ``world`` in which the methods that could take ``tt`` (and so
-        its dispatch) are the same as in ``world``."""
+        """The worlds around ``world`` in which the methods that could take ``tt`` are the same."""
         live, since = self.live, self.since
         if world >= since:
             # A replaced method's range ends where its live replacement's begins, and a

@@ -388,12 +388,9 @@ class GenericFunction:
             return None
 
     def _select(self, tt: tuple[type, ...], visible: Sequence[Method], world: int) -> Method:
-        """The most specific of the ``visible`` methods that take ``tt``.
-
-        A weak type takes its default first (``Weak[int]`` as ``np.int64``): if a method
-        applies so, the most specific of those wins. Otherwise it may take the concrete type
-        of its family that a method declares there, and the most specific such method wins.
-        """
+        """The most specific of the ``visible`` methods that take ``tt``. A weak type takes its
+        default first (``Weak[int]`` as ``np.int64``), else the concrete type of its family that a
+        method declares there."""
         if _has_weak(tt):
             d = _defaults(tt)
             cands = [m for m in visible if m.applies(d)]

@@ -109,8 +109,7 @@ def lock() -> Any:
 
 
 def _publish(state: _State) -> None:
-    """Publish a new snapshot (without the blocks that died). Call with :func:`lock` held.
-    The cells are None in between, which is always safe (a slow path)."""
+    """Publish ``state`` without its dead blocks (lock held); the cells are None meanwhile."""
     global snapshot
     hot_cell[0] = hot_cell[1] = None
     state = state._replace(blocks=tuple(r for r in state.blocks if r() is not None))
@@ -136,8 +135,7 @@ def _clear_pins() -> None:
 
 
 def refresh() -> None:
-    """Set the calling task's cell again where a publication was interrupted, a block died
-    without its ``__exit__``, or the task's pin has no lookup world yet (the slow path)."""
+    """Set the task's cell again after an interrupted publication, a dead block or a new pin."""
     if (hot_cell[0] is None or hot_cell[1] is None) and not _bypassing(snapshot):
         with _lock():
             if not _bypassing(snapshot):
@@ -150,8 +148,7 @@ def refresh() -> None:
 
 
 def settle() -> None:
-    """What the slow path does first: :func:`refresh`, and release the code kept for pins that
-    died since (:data:`on_unpinned`)."""
+    """The slow path's first step: :func:`refresh`, and release code kept for dead pins."""
     if _task.get(None) is None:  # unset in this context: set it (see above)
         _task.set(hot_cell)
     refresh()
@@ -364,8 +361,7 @@ def precompiling() -> bool:
 
 
 def bypassing() -> bool:
-    """Whether cached lookups must neither hit nor store: a compile hook is active or
-    precompile-output mode is on."""
+    """Whether cached lookups must neither hit nor store (a hook active, or precompile mode)."""
     return _bypassing(snapshot)
 
 
@@ -374,8 +370,7 @@ def _bypassing(state: _State) -> bool:
 
 
 def switch_precompile(on: bool | None) -> bool | None:
-    """Switch precompile-output mode outright (None: as the environment says); returns the
-    previous switch."""
+    """Switch precompile mode outright (None: as the environment says); returns the old switch."""
     with _lock():
         previous = snapshot.switch
         _publish(snapshot._replace(switch=on))
