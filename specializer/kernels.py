@@ -116,9 +116,8 @@ class DeviceFunction(_ByName, GenericFunction):
 class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
 
-    ``@k.method`` on a ``def`` of any name adds a method as the back-end's ``@kernel`` does
-    (the spelling type checkers accept for a second method); ``k.delete_method(signature)``
-    removes one; ``k.methods()`` lists those a launch can dispatch to."""
+    ``@k.method`` on a ``def`` of any name adds a method as ``@kernel`` does (the spelling type
+    checkers accept); ``k.delete_method(signature)`` removes one; ``k.methods()`` lists them."""
 
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)

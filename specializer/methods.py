@@ -181,10 +181,9 @@ _GF = TypeVar("_GF", bound="GenericFunction")
 class GenericFunction:
     """A named method table. ``@gf.method`` adds (or replaces) a method from annotations.
 
-    Dispatch goes through a cache of world ranges per argument-type tuple, as Julia's method
-    cache does: a hit costs a dict lookup and a range check, whatever the number of methods
-    and of earlier definitions. A definition ends the ranges (and backedges) of the
-    signatures whose dispatch it changes, and only those.
+    Dispatch caches world ranges per argument-type tuple, as Julia's method cache does: a hit
+    costs a dict lookup and a range check, whatever the history. A definition ends the ranges
+    (and backedges) of the signatures whose dispatch it changes, and only those.
     """
 
     def __init__(self, name: str) -> None:
@@ -229,9 +228,8 @@ class GenericFunction:
         """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``;
         ``localns=locals()`` where string annotations name the defining function's locals).
 
-        ``fn`` may have any name (``def _``, as ``functools.singledispatch``'s ``register``).
-        Returns the generic function, so the decorated name refers to it. A kernel or device
-        function checks the definition as its back-end's decorator does.
+        ``fn`` may have any name (``def _``). Returns the generic function, so the decorated
+        name refers to it. A kernel or device function checks it as its back-end's decorator does.
         """
         if fn is None:
             return lambda f: self.method(f, callees=callees, localns=localns)
@@ -248,8 +246,7 @@ class GenericFunction:
         """Add ``fn`` with ``signature`` (default: from its annotations, string ones evaluated
         with ``localns`` first); raises the world.
 
-        A method with the same signature as a visible one replaces it: the old one's
-        range is closed at the previous world, so older worlds still see it.
+        A method with the signature of a visible one replaces it; older worlds still see the old.
         """
         if not callable(fn):
             raise TypeError(f"fn (a method of {self.name}) must be callable, got {fn!r}")
@@ -293,12 +290,8 @@ class GenericFunction:
         ``deleted`` are the new table's, ``changed`` the method added or deleted (only the
         signatures it takes can dispatch differently), ``closed`` the methods whose range ends
         at the current world. Call with the world lock held, after ``world.undo_in_flight()``.
-
-        Computed aside, recorded in flight with its undo, then published; an interrupt before
-        the new world is published is undone by the next definition (docs/design.md, "A
-        definition is computed aside and published"). It costs what it touches, never the
-        replaced or deleted methods.
-        """
+        Computed aside, then published; an interrupt before the new world is published is
+        undone by the next definition (docs/design.md, "A definition is computed aside")."""
         latest = _world.latest()
         dispatch = {}
         for tt, entries in old.dispatch.items():
@@ -329,9 +322,8 @@ class GenericFunction:
 
         ``method`` is one of :meth:`methods` or its signature (as ``m.signature`` shows it).
         From the new world on, dispatch is as if it had never been defined, and code compiled
-        against it is invalidated as by a redefinition; an older world (``invoke_in_world``)
-        still sees it. A signature with no live method is a ``ValueError`` listing the
-        methods. Returns the deleted method.
+        against it is invalidated; an older world still sees it. A signature with no live
+        method is a ``ValueError`` listing the methods. Returns the deleted method.
         """
         if not isinstance(method, (Method, tuple)):
             raise TypeError(

@@ -1,17 +1,11 @@
-"""World age: the global definition counter and the world each task runs in.
-
-``latest()`` is the counter every definition raises; ``current()`` the calling task's world:
-the latest, unless ``invoke_in_world`` pinned the task. The hot paths read the task's cell,
-``task_cell()``: :data:`hot_cell` for an unpinned task, its pin (:class:`_Pin`) for a pinned
-one; a slot holds None where the slow path must decide (a hook, precompile mode, a pin).
+"""World age: the global definition counter (``latest()``) and the world each task runs in
+(``current()``: the latest, unless ``invoke_in_world`` pinned the task).
 
 The process-wide state, :data:`snapshot`, is immutable and replaced whole under :func:`lock`;
-the cells derive from it and are cleared before and set after each publication, so an
-interrupt between two stores leaves None, which only costs a slow path (:func:`refresh`). A
-pin lives while a context holds it, and no frame of the library holds one in a local (a stored
-traceback must keep none); a with-block (:class:`Block`) is held weakly, so one whose
-``__exit__`` never ran ends with its with statement. See docs/design.md, "How the promises are
-kept".
+the tasks' cells derive from it and are None between two stores, which only costs a slow path
+(:func:`refresh`). No frame of the library holds a pin in a local (a stored traceback must keep
+none); a with-block is held weakly, so one whose ``__exit__`` never ran ends with its with
+statement. See docs/design.md, "How the promises are kept".
 """
 
 from __future__ import annotations
@@ -294,10 +288,9 @@ def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any
 class Block:
     """A with-block of process-wide world state: a compile hook (``kind == "hook"``, ``value``
     the callback) or a precompile block (``"precompile"``, ``value`` the mode inside it).
-    Active from its ``__enter__`` until its ``__exit__`` or until the object dies: the state
-    holds it weakly, so a block whose with statement is gone without ``__exit__`` (an
-    interrupt at its first instruction) is over. One object is one block; whatever enters it
-    without a with statement must keep it alive."""
+    Active from its ``__enter__`` until its ``__exit__`` or until the object dies (the state
+    holds it weakly). One object is one block; whatever enters it without a with statement
+    must keep it alive."""
 
     kind: str = "block"
 
