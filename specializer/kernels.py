@@ -123,7 +123,6 @@ class Kernel(_ByName, GenericFunction):
         super().__init__(name)
         self.typeof = typeof
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
-        self._closures_lock = new_lock(reentrant=False)
 
     def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
         """Add ``fn`` as a method, its annotations checked as ``@kernel`` checks them."""
@@ -138,25 +137,22 @@ class Kernel(_ByName, GenericFunction):
         Its type is what the lookup caches on; the instance is never stored."""
         tt = tuple(self.typeof(v) for v in values)
         cls = self._closures.get(tt)
-        if cls is None:
-            with self._closures_lock():
-                cls = self._closures.get(tt)
-                if cls is None:
-                    name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
-                    cls = type(
-                        name,
-                        (KernelInstance,),
-                        {
-                            "__slots__": (),
-                            "kernel": self,
-                            "captured": tt,
-                            "__module__": __name__,
-                            # its cached lookups' functions, owned by the type (lookup.OWN)
-                            "_specializer_lookups": {},
-                            "__init_subclass__": classmethod(_no_subclass),
-                        },
-                    )
-                    self._closures[tt] = cls
+        if cls is None:  # one type per tt: of two threads' types, setdefault keeps the first
+            name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
+            made = type(
+                name,
+                (KernelInstance,),
+                {
+                    "__slots__": (),
+                    "kernel": self,
+                    "captured": tt,
+                    "__module__": __name__,
+                    # its cached lookups' functions, owned by the type (lookup.OWN)
+                    "_specializer_lookups": {},
+                    "__init_subclass__": classmethod(_no_subclass),
+                },
+            )
+            cls = self._closures.setdefault(tt, made)
         return cls(values)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
