@@ -20,13 +20,13 @@ class LockBox:
 
     def __init__(self, reentrant: bool) -> None:
         self._reentrant = reentrant
-        self._lock: Any = threading.RLock() if reentrant else threading.Lock()
+        self.renew()
 
     def __call__(self) -> Any:
         return self._lock
 
     def renew(self) -> None:
-        self._lock = threading.RLock() if self._reentrant else threading.Lock()
+        self._lock: Any = threading.RLock() if self._reentrant else threading.Lock()
 
 
 _locks: weakref.WeakSet[LockBox] = weakref.WeakSet()

@@ -6,6 +6,7 @@ in an older world each signature's method of that world along its chain (:func:`
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from . import world as _world
@@ -48,12 +49,7 @@ def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
         n = j if j.min_world > world else p
 
 
-def _min_world(m: Method) -> int:
-    return m.min_world
-
-
-def _newest_first(e: _Dispatch) -> int:
-    return -e.min_world
+_min_world = attrgetter("min_world")  # sort key of methods and dispatches
 
 
 class _Table(NamedTuple):

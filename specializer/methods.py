@@ -17,7 +17,7 @@ from .backedges import Backedge, _check_edge, _ending
 from .backedges import _on_invalidate as _on_invalidate
 from .backedges import register_backedges as register_backedges
 from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
-from .method_table import _Dispatch, _newest_first, _range_str, _Table, _undo
+from .method_table import _Dispatch, _min_world, _range_str, _Table, _undo
 from .method_table import _version as _version
 from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
 from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
@@ -456,7 +456,7 @@ class GenericFunction:
             mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
             if w <= _world.latest():
                 lo, hi = table.dispatch_range(tt, w)
-                kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
+                kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_min_world, reverse=True)
                 table.dispatch[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
             return mi
 
