@@ -200,8 +200,6 @@ class GenericFunction:
     def __repr__(self) -> str:
         return f"<generic function {self.name} with {len(self.methods())} method(s)>"
 
-    # -- definitions ---------------------------------------------------------------------
-
     @overload
     def method(
         self: _GF,
@@ -366,8 +364,6 @@ class GenericFunction:
             "signature as m.signature shows it"
         )
 
-    # -- dispatch ------------------------------------------------------------------------
-
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
         w = _world.current() if world is None else _as_world(self.name, world)
@@ -459,8 +455,6 @@ class GenericFunction:
                 kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_min_world, reverse=True)
                 table.dispatch[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
             return mi
-
-    # -- backedges -----------------------------------------------------------------------
 
     def add_backedge(self, tt: tuple[type, ...], method: Method, edge: Backedge) -> None:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in

@@ -41,9 +41,6 @@ R = TypeVar("R")
 WORLD_MAX: int = 2**62
 
 
-# -- the published state --------------------------------------------------------------------
-
-
 class _State(NamedTuple):
     """The process-wide world state: replaced whole, never changed."""
 
@@ -167,9 +164,6 @@ def _forget_dead_pins() -> None:
         _unreleased[0] = True
 
 
-# -- the counter and pins ------------------------------------------------------------------
-
-
 def latest() -> int:
     """The global world counter: the newest world."""
     return snapshot.latest
@@ -282,9 +276,6 @@ def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any
     return fn(*args, **kwargs)
 
 
-# -- with-blocks of world state: compile hooks and precompile blocks ------------------------
-
-
 class Block:
     """A with-block of process-wide world state: a compile hook (``kind == "hook"``, ``value``
     the callback) or a precompile block (``"precompile"``, ``value`` the mode inside it).
@@ -374,9 +365,6 @@ def set_environment_precompile(on: bool) -> None:
     """The mode the environment variable sets (where no switch or block is in effect)."""
     with _lock():
         _publish(snapshot._replace(precompile_env=bool(on)))
-
-
-# -- fork -------------------------------------------------------------------------------
 
 
 def forked() -> bool:
