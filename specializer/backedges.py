@@ -1,6 +1,5 @@
 """Backedges: how code compiled against a dispatch learns that a definition ended it (its
-``max_world`` is lowered before the new world is published, and :data:`_on_invalidate` told).
-"""
+``max_world`` is lowered before the new world is published, and :data:`_on_invalidate` told)."""
 
 from __future__ import annotations
 
@@ -29,12 +28,10 @@ def register_backedges(
 ) -> None:
     """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``: a definition that makes
     ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity. Call
-    with the world lock held, before the code ``edge`` stands for is published (an edge
-    without its code is harmless; code without its edge would be wrong).
-
-    Edges are held weakly, so a callee never keeps its callers' code or kernels alive. A dead
-    one is dropped by the next definition that looks at it, or when its table has doubled
-    (no callback: it would run wherever the edge dies, where an interrupt would be lost)."""
+    with the world lock held, before the code ``edge`` stands for is published (code without
+    its edge would be wrong). Edges are held weakly, so a callee never keeps its callers' code
+    alive; a dead one is dropped by the next definition that looks at it, or when its table has
+    doubled (no callback: it would run wherever the edge dies, where an interrupt is lost)."""
     for gf, tt, method in deps:
         table = gf._edges.get(tt)
         if table is None:

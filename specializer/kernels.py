@@ -1,8 +1,7 @@
 """What every back-end shares: generic kernels and device functions, captured values
 (kernel instances), scalar argument types, and the uncached kernel lookup. A back-end makes one
 :class:`Definitions` (its decorators) and wraps :func:`uncached_lookup` in ``cached_lookup``
-through a :class:`LookupSite`.
-"""
+through a :class:`LookupSite`."""
 
 from __future__ import annotations
 
@@ -272,10 +271,9 @@ def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
 _KERNEL_DOC = """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
 
 A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that name
-adds a method (a more specific signature), or replaces the one with the same signature (the
-world rises: the next launch runs the new code). ``@fill.method`` on a ``def`` of any name
-(``def _``) adds a method to ``fill`` the same way, the spelling type checkers accept (a second
-``def fill`` is a redefinition to them); ``fill.delete_method(signature)`` takes one back.
+adds a method, or replaces the one with the same signature (the world rises: the next launch
+runs the new code). ``@fill.method`` on a ``def`` of any name (``def _``) adds a method the
+same way, the spelling type checkers accept; ``fill.delete_method(signature)`` takes one back.
 ``callees`` names the device functions its source calls; ``localns=locals()`` lets string
 annotations name the defining function's locals.
 
@@ -291,9 +289,8 @@ exactly the kernels that call it."""
 
 
 class Definitions:
-    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions,
-    keyed by module, qualified name and closure cells (each run of a kernel factory gives its
-    own kernel, held weakly) of the ``def`` itself (a wrapper's ``__wrapped__``)."""
+    """A back-end's ``kernel`` and ``device`` decorators and their definitions, keyed by the
+    ``def``'s module, qualified name and closure cells (each run of a factory: its own kernel)."""
 
     def __init__(
         self,
@@ -436,9 +433,8 @@ class Definitions:
         )
 
     def kernel_slots(self, *names: str) -> None:
-        """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
-        each kernel): a slot reads at one cost, where a dict attribute on some kernels slows
-        every kernel's. Kernels defined before keep what they have."""
+        """Give this back-end's kernels slots for ``names`` (a slot reads at one cost; a dict
+        attribute on some kernels slows every kernel's). Kernels defined before keep theirs."""
         self.kernel_class = type(
             "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
         )

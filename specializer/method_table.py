@@ -1,7 +1,6 @@
 """A generic function's method table as one value (:class:`_Table`), replaced whole by each
 definition, and what a world sees of it: the live methods from the newest definition on, and
-in an older world each signature's method of that world along its chain (:func:`_version`).
-"""
+in an older world each signature's method of that world along its chain (:func:`_version`)."""
 
 from __future__ import annotations
 
@@ -35,9 +34,8 @@ class _Dispatch(NamedTuple):
 
 
 def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
-    """Along the chain of one signature from its newest method ``head``: the newest method
-    defined by ``world`` (None: none was yet), and the one defined after it (None: it is
-    ``head``). O(log n) steps: a jump pointer is taken whenever it lands after ``world``."""
+    """From ``head`` back along its chain: the newest method defined by ``world`` (None: none
+    yet) and the one defined after it (None: it is ``head``), in O(log n) jump-pointer steps."""
     if head.min_world <= world:
         return head, None
     n = head  # always defined after world

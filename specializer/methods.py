@@ -3,8 +3,7 @@
 Each method has a signature (argument types, from its annotations) and a validity range
 ``[min_world, max_world]``. Adding, replacing or deleting a method raises the world and closes
 the old one's range without erasing it, so an older world still dispatches as it did.
-``methodinstance(tt, world)`` picks the most specific method visible in that world.
-"""
+``methodinstance(tt, world)`` picks the most specific method visible in that world."""
 
 from __future__ import annotations
 
@@ -53,9 +52,8 @@ def _sig_str(name: str, sig: Sequence[type], names: Callable[[type], str] = _tna
 
 
 def _namer(types: Iterable[type]) -> Callable[[type], str]:
-    """How one message names ``types``: by short name, qualified where two types would read the
-    same (``Weak[int]`` and ``builtins.int``, two back-ends' ``Array[np.float32]``), and
-    numbered by id if they still do."""
+    """How one message names ``types``: by short name, qualified where two would read the same
+    (``Weak[int]`` and ``builtins.int``, two back-ends' arrays), then numbered by id."""
     by_name: dict[str, list[type]] = {}
     for t in dict.fromkeys(types):
         by_name.setdefault(_tname(t), []).append(t)
@@ -510,9 +508,8 @@ def _weak_hint(tt: tuple[type, ...]) -> str:
 def _declared_hint(
     name: str, tt: tuple[type, ...], visible: Sequence[Method], names: Callable[[type], str]
 ) -> str:
-    """How to make the argument a parameter wants, where every visible method with as many
-    parameters declares there one type whose class has a hint (``__argtype_hint__``, a
-    back-end's: ``pass pyopencl.LocalMemory(nbytes), ...``) and the argument is not of it."""
+    """How to make the argument a parameter wants, where all visible methods of that arity
+    declare one type there with an ``__argtype_hint__`` and the argument is not of it."""
     same = [m for m in visible if len(m.signature) == len(tt)]
     out = []
     for i, t in enumerate(tt):
@@ -522,9 +519,8 @@ def _declared_hint(
         (d,) = declared
         hint = getattr(d, "__argtype_hint__", None)
         if hint and not is_subtype(t, d):
-            n = len(tt)
             out.append(
-                f" Every method of {name} with {n} parameters takes a {names(d)} as argument "
+                f" Every method of {name} with {len(tt)} parameters takes a {names(d)} as argument "
                 f"{i}, given {names(t)} here: {hint}."
             )
     return "".join(out)

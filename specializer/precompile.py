@@ -1,6 +1,5 @@
 """Precompile-output mode, as Julia's while generating output: cached lookups store nothing and
-writing generated source is refused (world numbers mean nothing in another session).
-"""
+writing generated source is refused (world numbers mean nothing in another session)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ class precompile_output(_world.Block):
     Blocks nest and overlap across threads; inside, the innermost active block rules.
     ``precompile_output(True)`` / ``(False)`` switch the mode at once, until the next switch;
     as a block, it restores the previous switch as it begins, so the mode after the block is
-    the one before it. A block ends with its with statement, whether or not ``__exit__`` runs.
-    """
+    the one before it. A block ends with its with statement, whether or not ``__exit__`` runs."""
 
     kind = "precompile"
 

@@ -5,8 +5,7 @@ The process-wide state, :data:`snapshot`, is immutable and replaced whole under 
 the tasks' cells derive from it and are None between two stores, which only costs a slow path
 (:func:`refresh`). No frame of the library holds a pin in a local (a stored traceback must keep
 none); a with-block is held weakly, so one whose ``__exit__`` never ran ends with its with
-statement. See docs/design.md, "How the promises are kept".
-"""
+statement. See docs/design.md, "How the promises are kept"."""
 
 from __future__ import annotations
 
@@ -64,10 +63,9 @@ _lock = new_lock()
 
 
 class _Pin(list):  # type: ignore[type-arg]
-    """A pinned task's cell, ``[None, world or None, world]``: ``[0]`` None (its launches take
-    the slow path), ``[1]`` its lookups' world (None until a slow path sets it, and while
-    lookups bypass their caches), ``[2]`` its world. Made by list's own constructor: no Python
-    frame an interrupt could keep in a traceback with the pin in it."""
+    """A pinned task's cell: ``[0]`` None (its launches take the slow path), ``[1]`` its lookups'
+    world (None until a slow path sets it, and while lookups bypass), ``[2]`` its world. Made by
+    list's own constructor: no frame an interrupt could keep in a traceback with the pin in it."""
 
     __slots__ = ("__weakref__",)
     __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a registry key
@@ -248,8 +246,7 @@ def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: A
     """Run ``fn(*args, **kwargs)`` pinned to ``world`` (an existing, possibly older, world).
 
     ``fn`` runs in a copy of the calling context with the pin set (context variables it sets
-    stay in that copy); a task, callback or ``copy_context()`` made inside keeps the pin for
-    its whole life."""
+    stay there); a task, callback or ``copy_context()`` made inside keeps the pin for good."""
     # Neither the context nor the pin is bound to a name: a stored exception must keep no pin.
     return contextvars.copy_context().run(_pinned, _check_world(world), fn, args, kwargs)
 
@@ -294,9 +291,8 @@ class Block:
         return any(r() is self for r in snapshot.blocks)
 
     def _begin(self, **changes: Any) -> None:
-        """Make the block active, with ``changes`` to the state in the same publication. An
-        exception after it was published (an interrupt as the lock is released) ends it again:
-        its with statement will not call ``__exit__``."""
+        """Make the block active, with ``changes`` in the same publication; an exception after
+        that (an interrupt as the lock is released) ends it, as no ``__exit__`` will."""
         began = False  # this call began it: only then does a failure end it
         try:
             with _lock():
@@ -380,10 +376,9 @@ _fork_rules: dict[str, str | None] = {}
 
 
 def declare_fork(what: str, consequence: str | None) -> None:
-    """Declare what a fork means for ``what`` (the name :func:`check_fork` is given, e.g.
-    ``"specializer's opencl back-end"``): ``consequence`` is said in its fork error in place of
-    :data:`FORK_CONSEQUENCE`; None declares it fork-safe. A back-end declares it with its
-    ``Launcher``'s ``fork_consequence``."""
+    """Declare what a fork means for ``what`` (the name :func:`check_fork` is given):
+    ``consequence`` is said in its fork error in place of :data:`FORK_CONSEQUENCE`; None declares
+    it fork-safe. A back-end declares it with its ``Launcher``'s ``fork_consequence``."""
     _fork_rules[what] = consequence
 
 
@@ -403,10 +398,9 @@ def check_fork(what: str) -> None:
 
 
 def _after_fork_in_child() -> None:
-    # Every lock fresh (a thread of the parent may have held one), then a world of the
-    # child's own: nothing the parent cached is reused before a back-end has checked that its
-    # devices may be used here. The pins stay registered (the forking thread may run in one),
-    # each without a lookup world until a slow path here sets it.
+    # Every lock fresh (a parent's thread may have held one), then a world of the child's own:
+    # nothing cached is reused before a back-end has checked its devices may be used here. The
+    # pins stay (the forking thread may run in one), without a lookup world until a slow path.
     renew_all()
     _clear_pins()
     undo_in_flight()  # a definition another thread of the parent was making
