@@ -3,6 +3,7 @@ parent may have held one, and that thread is not in the child)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
@@ -52,10 +53,8 @@ def import_before_fork(*modules: str) -> None:
 
     def before() -> None:
         for name in modules:
-            try:
+            with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-            except ImportError:
-                pass
 
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(before=before)

@@ -262,12 +262,14 @@ class GenericFunction:
             sig = signature_of(fn, localns)
         else:
             sig = _check_tt(self.name, signature, "signature")
+        # A lock's body holds no loop or inlined comprehension: CPython 3.13 can unwind a frame
+        # past its with statement at a backward jump (gh-130279); generators run in their own.
         with _world.lock():
             _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
             old = self._table
             # the new method continues the chain of the live or deleted one of its signature
             prior = next((m for m in old.heads if m.signature == sig), None)
-            replaced = [m for m in old.live if m is prior]
+            replaced = tuple(m for m in old.live if m is prior)
             method = Method(self, fn, sig, callees, _world.latest() + 1, prior)
             live = (*(m for m in old.live if m.signature != sig), method)
             deleted = tuple(m for m in old.deleted if m is not prior)
@@ -280,7 +282,7 @@ class GenericFunction:
         live: tuple[Method, ...],
         deleted: tuple[Method, ...],
         changed: Method,
-        closed: list[Method],
+        closed: tuple[Method, ...],
     ) -> None:
         """Publish a change of the method table in world ``latest() + 1``: ``live`` and
         ``deleted`` are the new table's, ``changed`` the method added or deleted (only the
@@ -335,7 +337,7 @@ class GenericFunction:
             old = self._table
             target = self._live_method(old, method)
             live = tuple(m for m in old.live if m is not target)
-            self._change(old, live, (*old.deleted, target), target, [target])
+            self._change(old, live, (*old.deleted, target), target, (target,))
         return target
 
     def _live_method(self, table: _Table, method: Method | tuple[type, ...]) -> Method:
@@ -439,13 +441,14 @@ class GenericFunction:
     def _methodinstance_miss(self, tt: tuple[type, ...], w: int) -> MethodInstance:
         _check_tt(self.name, tt)
         # Under the world lock, so no definition runs between reading the table and storing
-        # the range computed from it (which that definition would then fail to end).
+        # the range computed from it (which that definition would then fail to end); no loop
+        # in the lock's body (see add_method).
         with _world.lock():
             table = self._table
             entries = table.dispatch.get(tt, ())
-            for e in entries:
-                if e.min_world <= w <= e.max_world:
-                    return e.mi
+            hit = next((e.mi for e in entries if e.min_world <= w <= e.max_world), None)
+            if hit is not None:  # stored by another thread meanwhile
+                return hit
             m = self._select(tt, table.visible(w), w)
             mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
             if w <= _world.latest():
@@ -477,9 +480,8 @@ class GenericFunction:
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
-        world = _as_world(self.name, world)
         try:
-            return self.methodinstance(tt, world).method
+            return self.methodinstance(tt, _as_world(self.name, world)).method
         except MethodError:
             return None
 
@@ -490,9 +492,6 @@ def _annotations(tt: tuple[type, ...]) -> str:
 
 
 def _weak_hint(tt: tuple[type, ...]) -> str:
-    kinds = [t for t in dict.fromkeys(tt) if _is_weak(t)]
-    if not kinds:
-        return ""
     said = "; ".join(
         f"a Python {t.pytype.__name__} takes a parameter declared {type_name(t.default)}"
         + (
@@ -500,9 +499,10 @@ def _weak_hint(tt: tuple[type, ...]) -> str:
             if t.family is t.default
             else f", a type above it, or a concrete {type_name(t.family)} type"
         )
-        for t in kinds
+        for t in dict.fromkeys(tt)
+        if _is_weak(t)
     )
-    return f" ({said})"
+    return f" ({said})" if said else ""
 
 
 def _declared_hint(
