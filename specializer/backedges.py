@@ -1,11 +1,5 @@
-"""Backedges: how code compiled against a dispatch learns that a definition ended it.
-
-Code compiled against a method table registers a *backedge* on each dispatch it used
-(:func:`register_backedges`, or ``GenericFunction.add_backedge``): the generic function, the
-argument types and the method they dispatched to. A definition that changes what such a
-dispatch would pick ends that code's validity (lowers its ``max_world``) before the new world
-is published, and tells the listeners of :data:`_on_invalidate` (the compiled-code cache).
-"""
+"""Backedges: how code compiled against a dispatch learns that a definition ended it (its
+``max_world`` is lowered before the new world is published, and :data:`_on_invalidate` told)."""
 
 from __future__ import annotations
 
@@ -13,23 +7,19 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from . import world as _world
-
 if TYPE_CHECKING:
     from .methods import GenericFunction, Method
 
 
 class Backedge(Protocol):
-    """What code compiled against a dispatch registers (see :func:`register_backedges`):
-    an object hashed by identity whose ``max_world`` a definition lowers to end its
-    validity. (Set as an attribute, with the world lock held, never by a call.)"""
+    """What code compiled against a dispatch registers: an object hashed by identity whose
+    ``max_world`` a definition lowers (with the world lock held) to end its validity."""
 
     max_world: int
 
 
-#: Told, with the world lock held, of the edges a definition is about to end, before it ends
-#: them (the compiled-code cache records them for its sweep), and again after the new world
-#: is published (it sweeps).
+#: Told, with the world lock held, of the edges a definition ends: before it ends them, and
+#: again after the new world is published (the compiled-code cache then sweeps).
 _on_invalidate: list[Callable[[list[Any], bool], None]] = []
 
 
@@ -37,15 +27,11 @@ def register_backedges(
     edge: Backedge, deps: Iterable[tuple[GenericFunction, tuple[type, ...], Method]]
 ) -> None:
     """Register ``edge`` on every ``(gf, tt, method)`` of ``deps``: a definition that makes
-    ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity (sets
-    its ``max_world``). Call with the world lock held, before the code ``edge`` stands for is
-    published (an edge without its code is harmless; code without its edge would be wrong).
-
-    A table holds its edges weakly: whoever owns the dependent code keeps it (the
-    compiled-code cache keeps it in the method instance, so in the kernel), and a callee
-    never keeps its callers' code or kernels alive. An entry whose edge is gone is dropped
-    by the next definition that looks at it, or when its table has doubled since (no
-    callback: a callback runs wherever its edge dies, where an interrupt would be lost)."""
+    ``gf`` dispatch ``tt`` to another method (or to an error) ends ``edge``'s validity. Call
+    with the world lock held, before the code ``edge`` stands for is published (code without
+    its edge would be wrong). Edges are held weakly, so a callee never keeps its callers' code
+    alive; a dead one is dropped by the next definition that looks at it, or when its table has
+    doubled (no callback: it would run wherever the edge dies, where an interrupt is lost)."""
     for gf, tt, method in deps:
         table = gf._edges.get(tt)
         if table is None:
@@ -59,8 +45,7 @@ def register_backedges(
 
 
 def _check_edge(edge: object) -> None:
-    """A ``TypeError`` if ``edge`` cannot be a backedge: it has an int ``max_world`` and
-    takes weak references (``GenericFunction.add_backedge``'s checks)."""
+    """A ``TypeError`` unless ``edge`` has an int ``max_world`` and takes weak references."""
     if not isinstance(getattr(edge, "max_world", None), int):
         raise TypeError(f"edge has an int max_world (its validity's end), got {edge!r}")
     try:
@@ -76,13 +61,11 @@ def _ending(
     gf: GenericFunction, changed: Method, live: tuple[Method, ...], latest: int
 ) -> tuple[list[Any], list[tuple[dict[Any, Method], Any]]]:
     """What a definition of ``gf`` in world ``latest + 1`` does to its edges: the edges it
-    ends, and the entries to drop once it is whole. ``changed`` is the method it adds or
-    deletes (only the signatures it takes can dispatch differently), ``live`` the new
-    table's live methods. An edge ends where its signature no longer dispatches to the
-    method it expects; an entry whose edge is gone, or was closed before, is dropped too.
+    ends, and the entries to drop once it is whole (also those of edges gone or closed
+    before). ``changed`` is the method it adds or deletes, ``live`` the new live methods.
     Call with the world lock held: nothing is changed here."""
     ended: list[Any] = []
-    done: list[tuple[dict[Any, Method], Any]] = []  # entries to drop once it is whole
+    done: list[tuple[dict[Any, Method], Any]] = []
     for tt, table in gf._edges.items():  # (changed under the world lock only)
         if table and changed.applies_weak(tt):
             now = gf._select_or_none(tt, live)
@@ -94,17 +77,3 @@ def _ending(
                     ended.append(edge)
                     done.append((table, ref))
     return ended, done
-
-
-def _open_edges(
-    edges: dict[tuple[type, ...], dict[Any, Method]],
-) -> list[tuple[tuple[type, ...], Method, Any]]:
-    """The entries of ``edges`` (a generic function's) whose edge is still open:
-    (tt, expected method, edge)."""
-    found = []
-    for tt, table in edges.copy().items():
-        for ref, m in table.copy().items():
-            edge = ref()
-            if edge is not None and edge.max_world >= _world.WORLD_MAX:
-                found.append((tt, m, edge))
-    return found

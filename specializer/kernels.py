@@ -1,10 +1,7 @@
 """What every back-end shares: generic kernels and device functions, captured values
-(kernel instances), scalar argument types, and the uncached kernel lookup.
-
-A back-end makes one :class:`Definitions` (its decorators), maps values to argument types with
-its own ``typeof``, and wraps :func:`uncached_lookup` in ``cached_lookup`` through the
-:class:`LookupSite` its :class:`specializer.launching.Launcher` makes.
-"""
+(kernel instances), scalar argument types, and the uncached kernel lookup. A back-end makes one
+:class:`Definitions` (its decorators) and wraps :func:`uncached_lookup` in ``cached_lookup``
+through a :class:`LookupSite`."""
 
 from __future__ import annotations
 
@@ -53,8 +50,8 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
 
 #: The numpy types of the scalar values a kernel takes (an annotation is one or above one).
 _SCALAR_VALUES = frozenset(SCALAR_TYPES.values())
-#: Python scalar type -> (what its values dispatch as, what to annotate instead): a Python
-#: value of it is weak (SPEC 8), so no argument has the Python type itself.
+#: Python scalar type -> (what its values dispatch as, what to annotate instead): its values
+#: are weak (SPEC 8), so no argument has the Python type itself.
 _PYTHON_SCALARS = {
     int: ("np.int64 or the concrete integer type", "np.int64, np.int32 or np.integer"),
     float: ("np.float64 or the concrete floating type", "np.float64, np.float32 or np.floating"),
@@ -72,14 +69,13 @@ def unsupported_argument(value: object, accepted: str) -> TypeError:
 
 
 class _ByName:
-    """Kernels and device functions are named, and pickle by reference, as functions are: a
-    worker process gets the one its own import of the module defined."""
+    """Kernels and device functions pickle by name, as functions do (a worker imports its own)."""
 
     __module__: str
     __name__: str
     __qualname__: str
-    #: the closure cells of the definition that made it (``()`` without a closure): part of
-    #: its key in :class:`Definitions`, and held here so their ids there stay theirs
+    #: the closure cells of its definition: part of its key in :class:`Definitions`, held
+    #: here so their ids there stay theirs
     _cells: tuple[Any, ...]
     _definitions: Definitions  # the definitions that made it: it is theirs (Definitions.own)
 
@@ -96,12 +92,9 @@ class _ByName:
 
 
 class DeviceFunction(_ByName, GenericFunction):
-    """A device function (callee): its methods take no parameters and return device source.
-
-    With no parameters a device function has one signature, so it has one method: a
-    definition through ``@square.method`` (a ``def`` of any name) replaces it, as running
-    ``@device def square`` again does. ``square.delete_method(())`` removes it: a kernel
-    calling it then fails at its next compile, until ``square`` is defined again."""
+    """A device function (callee): its one method takes no parameters and returns device
+    source. ``@square.method`` replaces it, as running ``@device def square`` again does;
+    ``square.delete_method(())`` removes it (a kernel calling it then fails to compile)."""
 
     def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         if args or "signature" in kwargs:
@@ -122,17 +115,13 @@ class DeviceFunction(_ByName, GenericFunction):
 class Kernel(_ByName, GenericFunction):
     """A generic kernel: methods return device source defining a kernel of this name.
 
-    ``@k.method`` on a ``def`` of any name adds a method to ``k`` as its back-end's
-    ``@kernel`` does, the spelling type checkers accept for a second method;
-    ``k.delete_method(signature)`` removes one (a signature as ``k.methods()`` shows it),
-    raising the world; ``k.methods()`` lists the methods a launch can dispatch to. (See
-    :class:`~specializer.methods.GenericFunction`.)"""
+    ``@k.method`` on a ``def`` of any name adds a method as ``@kernel`` does (the spelling type
+    checkers accept); ``k.delete_method(signature)`` removes one; ``k.methods()`` lists them."""
 
     def __init__(self, name: str, typeof: Callable[[Any], type]) -> None:
         super().__init__(name)
         self.typeof = typeof
         self._closures: dict[tuple[type, ...], type[KernelInstance]] = {}
-        self._closures_lock = new_lock(reentrant=False)
 
     def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
         """Add ``fn`` as a method, its annotations checked as ``@kernel`` checks them."""
@@ -147,25 +136,22 @@ class Kernel(_ByName, GenericFunction):
         Its type is what the lookup caches on; the instance is never stored."""
         tt = tuple(self.typeof(v) for v in values)
         cls = self._closures.get(tt)
-        if cls is None:
-            with self._closures_lock():
-                cls = self._closures.get(tt)
-                if cls is None:
-                    name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
-                    cls = type(
-                        name,
-                        (KernelInstance,),
-                        {
-                            "__slots__": (),
-                            "kernel": self,
-                            "captured": tt,
-                            "__module__": __name__,
-                            # its cached lookups' functions, owned by the type (lookup.OWN)
-                            "_specializer_lookups": {},
-                            "__init_subclass__": classmethod(_no_subclass),
-                        },
-                    )
-                    self._closures[tt] = cls
+        if cls is None:  # one type per tt: of two threads' types, setdefault keeps the first
+            name = f"{self.name}[{', '.join(type_name(t) for t in tt)}]"
+            made = type(
+                name,
+                (KernelInstance,),
+                {
+                    "__slots__": (),
+                    "kernel": self,
+                    "captured": tt,
+                    "__module__": __name__,
+                    # its cached lookups' functions, owned by the type (lookup.OWN)
+                    "_specializer_lookups": {},
+                    "__init_subclass__": classmethod(_no_subclass),
+                },
+            )
+            cls = self._closures.setdefault(tt, made)
         return cls(values)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -274,8 +260,7 @@ class Decorator(Protocol[_F, _G]):
 
 
 def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The function ``fn`` wraps (``__wrapped__``, followed to the end): a definition is keyed
-    by the ``def`` itself, not by a wrapper's closure, new on every decoration."""
+    """The ``def`` that ``fn`` wraps: a definition is keyed by it, not by a new wrapper."""
     try:
         inner: Callable[..., Any] = inspect.unwrap(fn)
     except ValueError:  # a cycle of __wrapped__: the function as it is
@@ -286,10 +271,9 @@ def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
 _KERNEL_DOC = """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
 
 A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that name
-adds a method (a more specific signature), or replaces the one with the same signature (the
-world rises: the next launch runs the new code). ``@fill.method`` on a ``def`` of any name
-(``def _``) adds a method to ``fill`` the same way, the spelling type checkers accept (a second
-``def fill`` is a redefinition to them); ``fill.delete_method(signature)`` takes one back.
+adds a method, or replaces the one with the same signature (the world rises: the next launch
+runs the new code). ``@fill.method`` on a ``def`` of any name (``def _``) adds a method the
+same way, the spelling type checkers accept; ``fill.delete_method(signature)`` takes one back.
 ``callees`` names the device functions its source calls; ``localns=locals()`` lets string
 annotations name the defining function's locals.
 
@@ -305,9 +289,8 @@ exactly the kernels that call it."""
 
 
 class Definitions:
-    """A back-end's ``kernel`` and ``device`` decorators, with their tables of definitions,
-    keyed by module, qualified name and closure cells (each run of a kernel factory gives its
-    own kernel, held weakly) of the ``def`` itself (a wrapper's ``__wrapped__``)."""
+    """A back-end's ``kernel`` and ``device`` decorators and their definitions, keyed by the
+    ``def``'s module, qualified name and closure cells (each run of a factory: its own kernel)."""
 
     def __init__(
         self,
@@ -320,9 +303,7 @@ class Definitions:
     ) -> None:
         self.typeof = typeof
         self.module = module  # its decorators' and messages': "specializer.backends.opencl"
-        #: the roots of the argument types ``typeof`` returns besides numpy scalar types (the
-        #: weak types, ``Struct``, the back-end's ``Array`` family, its own types): a kernel's
-        #: annotation must be at or below one of them or a numpy scalar type, or above one
+        #: the roots of ``typeof``'s argument types besides numpy scalars (annotations' bounds)
         self.argtypes = tuple(argtypes)
         #: (module, qualified name, class, ids of the closure cells) -> the definition; those
         #: with a closure weakly (a definition holds its cells, so their ids stay theirs)
@@ -332,13 +313,11 @@ class Definitions:
         )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
-        #: the attributes the launchers over these definitions keep their entries under (a
-        #: kernel's front entry, a where's table): each launcher's own; and the kernels' ones
+        #: the attributes launchers over these definitions keep entries under; the kernels' ones
         self.launcher_attrs: frozenset[str] = frozenset()
         self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
-        #: ``@kernel``, ``@kernel(callees=[...])``: define a kernel method; ``@device``: a
-        #: device function (a callee). Each with its back-end's docstring (what it takes).
+        #: ``@kernel`` and ``@device``, each with its back-end's docstring
         self.kernel: Decorator[Callable[..., str], Kernel] = self._decorator(
             Kernel, "kernel", kernel_doc
         )
@@ -356,8 +335,7 @@ class Definitions:
         if not callable(fn):
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
-        # a kernel's annotations are checked before anything is defined
-        sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None
+        sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None  # checked first
         inner = _unwrapped(fn)  # a wrapping decorator's product is the def it wraps (SPEC 7)
         module = getattr(inner, "__module__", None) or ""
         qualname = getattr(inner, "__qualname__", name)
@@ -381,8 +359,7 @@ class Definitions:
     def kernel_signature(
         self, name: str, fn: Callable[..., Any], localns: dict[str, Any] | None
     ) -> tuple[type, ...]:
-        """The signature of ``fn`` as a method of kernel ``name`` (``@kernel``'s and
-        ``@k.method``'s), each annotation checked to be one some argument matches (SPEC 8)."""
+        """``fn``'s signature as a method of kernel ``name``, each annotation checked (SPEC 8)."""
         sig = signature_of(fn, localns)
         params = [
             p.name
@@ -402,8 +379,7 @@ class Definitions:
         return [gf for gf in defined if isinstance(gf, DeviceFunction)]
 
     def _unmatchable(self, t: type) -> str | None:
-        """Why no argument of this back-end can match annotation ``t`` (SPEC 8: "Annotations
-        are checked"), saying what to write instead; ``None`` when some can."""
+        """Why no argument can match annotation ``t``, saying what to write; None if some can."""
         if t in _PYTHON_SCALARS:
             takes, instead = _PYTHON_SCALARS[t]
             return (
@@ -457,9 +433,8 @@ class Definitions:
         )
 
     def kernel_slots(self, *names: str) -> None:
-        """Give this back-end's kernels slots for ``names`` (what its launch path keeps on
-        each kernel): a slot reads at one cost, where attributes on some kernels only make
-        every kernel's dict slower. Kernels defined before keep what they have."""
+        """Give this back-end's kernels slots for ``names`` (a slot reads at one cost; a dict
+        attribute on some kernels slows every kernel's). Kernels defined before keep theirs."""
         self.kernel_class = type(
             "Kernel", (Kernel,), {"__slots__": names, "__module__": Kernel.__module__}
         )
@@ -524,9 +499,8 @@ class Definitions:
 
 
 class LookupSite:
-    """A back-end's one call site of the cached lookup (the launch path's miss runs it).
-    :meth:`lookup` is ``cached_lookup(lambda: link(F, tt, key), V, F, tt, key)``, ``link``
-    being the uncached lookup and the call site (every key is a tuple)."""
+    """A back-end's one call site of the cached lookup: :meth:`lookup` is
+    ``cached_lookup(lambda: link(F, tt, key), V, F, tt, key)`` (every key is a tuple)."""
 
     def __init__(
         self, definitions: Definitions, V: type, link: Callable[[Any, tuple[type, ...], Any], Any]
@@ -538,8 +512,4 @@ class LookupSite:
 
     def lookup(self, F: Any, tt: tuple[type, ...], key: tuple[Any, ...]) -> Any:
         """The cached lookup of (F, tt) for ``key`` in the task's world."""
-
-        def lookup() -> Any:
-            return self.link(F, tt, key)
-
-        return specialize(self._site, self.V, F, tt, tuple)(key, lookup)
+        return specialize(self._site, self.V, F, tt, tuple)(key, lambda: self.link(F, tt, key))

@@ -1,10 +1,9 @@
-"""The package's locks, in one registry: a forked child gets every one of them fresh (a
-thread of the parent may have held one, and that thread is not in the child). And the
-modules the package imports lazily are imported before a fork (:func:`import_before_fork`):
-the lock of a module that another thread was importing is held for ever in the child."""
+"""The package's locks, in one registry: a forked child gets every one fresh (a thread of the
+parent may have held one, and that thread is not in the child)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
@@ -15,24 +14,22 @@ __all__ = ["LockBox", "import_before_fork", "new_lock", "renew_all"]
 
 
 class LockBox:
-    """Holds one of the package's locks; ``with box():`` takes it. The lock's own
-    ``__enter__``/``__exit__`` (C code) take and release it, so no Python code an interrupt
-    could stop runs between the two."""
+    """Holds one of the package's locks; ``with box():`` takes it with the lock's own C
+    ``__enter__``/``__exit__``, so no Python code an interrupt could stop runs between them."""
 
     __slots__ = ("__weakref__", "_lock", "_reentrant")
 
     def __init__(self, reentrant: bool) -> None:
         self._reentrant = reentrant
-        self._lock: Any = threading.RLock() if reentrant else threading.Lock()
+        self.renew()
 
     def __call__(self) -> Any:
         return self._lock
 
     def renew(self) -> None:
-        self._lock = threading.RLock() if self._reentrant else threading.Lock()
+        self._lock: Any = threading.RLock() if self._reentrant else threading.Lock()
 
 
-#: Every lock of the package (one registry: the fork handler renews each).
 _locks: weakref.WeakSet[LockBox] = weakref.WeakSet()
 
 
@@ -51,16 +48,13 @@ def renew_all() -> None:
 
 def import_before_fork(*modules: str) -> None:
     """Import ``modules`` (those installed) before every fork, in the thread that forks: a
-    lazily imported module (Jinja, a CUDA helper) half imported by another thread at the fork
-    would leave the child waiting for ever on its import lock. The cost is one import per
-    process that forks, not one at start."""
+    lazily imported module half imported by another thread at the fork would leave the child
+    waiting for ever on its import lock."""
 
     def before() -> None:
         for name in modules:
-            try:
+            with contextlib.suppress(ImportError):
                 importlib.import_module(name)
-            except ImportError:
-                pass
 
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(before=before)

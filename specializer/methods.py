@@ -1,17 +1,9 @@
 """Generic functions: method tables with world validity ranges, and dispatch.
 
-A :class:`GenericFunction` holds methods; each has a signature (a tuple of
-argument types, from its annotations) and a validity range
-``[min_world, max_world]``. Adding a method raises the world; replacing one
-(same signature) closes the old one's range and never deletes it, so an older
-world still dispatches as it did; so does deleting one (``delete_method``), which
-closes its range too. ``methodinstance(tt, world)`` picks the most specific method
-visible in that world.
-
-Code compiled against a method table registers a *backedge* on it
-(:meth:`GenericFunction.add_backedge`); a definition that changes what such a
-dispatch would pick ends that code's validity before the new world is published.
-"""
+Each method has a signature (argument types, from its annotations) and a validity range
+``[min_world, max_world]``. Adding, replacing or deleting a method raises the world and closes
+the old one's range without erasing it, so an older world still dispatches as it did.
+``methodinstance(tt, world)`` picks the most specific method visible in that world."""
 
 from __future__ import annotations
 
@@ -20,11 +12,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import world as _world
-from .backedges import Backedge, _check_edge, _ending, _open_edges
+from .backedges import Backedge, _check_edge, _ending
 from .backedges import _on_invalidate as _on_invalidate
 from .backedges import register_backedges as register_backedges
 from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
-from .method_table import _Dispatch, _newest_first, _range_str, _Table, _undo
+from .method_table import _Dispatch, _min_world, _range_str, _Table, _undo
 from .method_table import _version as _version
 from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
 from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
@@ -60,10 +52,8 @@ def _sig_str(name: str, sig: Sequence[type], names: Callable[[type], str] = _tna
 
 
 def _namer(types: Iterable[type]) -> Callable[[type], str]:
-    """How one message names ``types``: each by its short name (:func:`_tname`), except where
-    two different types would read the same; those are qualified (``Weak[int]`` and
-    ``builtins.int``, ``specializer.backends.opencl.Array[np.float32]`` and
-    ``specializer.backends.cuda.Array[np.float32]``), and numbered if they still do."""
+    """How one message names ``types``: by short name, qualified where two would read the same
+    (``Weak[int]`` and ``builtins.int``, two back-ends' arrays), then numbered by id."""
     by_name: dict[str, list[type]] = {}
     for t in dict.fromkeys(types):
         by_name.setdefault(_tname(t), []).append(t)
@@ -119,9 +109,8 @@ class Method:
         self.min_world = min_world
         self.max_world = _world.WORLD_MAX
         self._instances: dict[tuple[type, ...], MethodInstance] = {}
-        #: the method of this signature that this one replaced (older worlds reach it
-        #: through this chain), and a jump pointer further back along it: the skew-binary
-        #: scheme, so finding the version of a world takes O(log n) steps of a chain of n
+        #: the method of this signature this one replaced, and a jump pointer further back
+        #: (skew-binary: finding a world's version takes O(log n) steps of a chain of n)
         self.prior = prior
         if prior is None:
             self.depth, self.jump = 0, self
@@ -140,7 +129,7 @@ class Method:
 
     def applies_weak(self, tt: tuple[type, ...]) -> bool:
         """Whether this method takes ``tt`` when each weak type in it may also take the
-        concrete member of its family that the method declares there (docs: argument kinds)."""
+        concrete member of its family that the method declares there."""
         sig = self.signature
         return len(sig) == len(tt) and all(
             is_subtype(resolve_weak(a, s), s) for a, s in zip(tt, sig)
@@ -172,9 +161,8 @@ class MethodInstance:
     def __init__(self, method: Method, tt: tuple[type, ...]) -> None:
         self.method = method
         self.tt = tt
-        #: the compiled-code cache's part for this method instance (see
-        #: :mod:`specializer.compiler`): config's small int -> code instances, newest first,
-        #: each tuple replaced whole. Owned here, so the code goes with its method (and kernel)
+        #: the compiled-code cache's part (config's small int -> code instances, newest
+        #: first, each tuple replaced whole): owned here, so the code goes with its method
         self.code: dict[int, tuple[CodeInstance, ...]] = {}
 
     @property
@@ -191,15 +179,9 @@ _GF = TypeVar("_GF", bound="GenericFunction")
 class GenericFunction:
     """A named method table. ``@gf.method`` adds (or replaces) a method from annotations.
 
-    Dispatch goes through a cache per argument-type tuple ``tt`` holding world ranges, as
-    Julia's method cache does: a lookup in a world that one of them covers costs a dict
-    lookup and a range check, whatever the number of methods and of earlier definitions. A
-    miss in a world from the newest definition on looks only at the methods visible there
-    (the table's ``live``); a miss in an older world finds each signature's method of that
-    world along its chain of replaced methods, in steps logarithmic in the chain's length. A
-    definition ends the ranges (and the backedges) of the signatures whose dispatch it
-    changes, and only those: it looks at each cached signature once, not at every method
-    ever defined, and publishes a table of the live methods, not of the history.
+    Dispatch caches world ranges per argument-type tuple, as Julia's method cache does: a hit
+    costs a dict lookup and a range check, whatever the history. A definition ends the ranges
+    (and backedges) of the signatures whose dispatch it changes, and only those.
     """
 
     def __init__(self, name: str) -> None:
@@ -210,14 +192,11 @@ class GenericFunction:
         self._table = _Table((), 0, {}, ())
         #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
         self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
-        #: the cached lookup's specialized functions of this F (``specializer.lookup.OWN``):
-        #: held here, so they go with it
+        #: the cached lookup's specialized functions of this F (``lookup.OWN``): they go with it
         self._specializer_lookups: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"<generic function {self.name} with {len(self.methods())} method(s)>"
-
-    # -- definitions ---------------------------------------------------------------------
 
     @overload
     def method(
@@ -245,10 +224,8 @@ class GenericFunction:
         """Decorator: add ``fn`` as a method (``@gf.method`` or ``@gf.method(callees=[...])``;
         ``localns=locals()`` where string annotations name the defining function's locals).
 
-        ``fn`` may have any name (``def _``, as ``functools.singledispatch``'s ``register``):
-        the method is ``gf``'s. Returns the generic function, so the decorated name refers to
-        it. It goes through :meth:`add_method`, where a kernel or device function checks the
-        definition as its back-end's decorator does.
+        ``fn`` may have any name (``def _``). Returns the generic function, so the decorated
+        name refers to it. A kernel or device function checks it as its back-end's decorator does.
         """
         if fn is None:
             return lambda f: self.method(f, callees=callees, localns=localns)
@@ -265,8 +242,7 @@ class GenericFunction:
         """Add ``fn`` with ``signature`` (default: from its annotations, string ones evaluated
         with ``localns`` first); raises the world.
 
-        A method with the same signature as a visible one replaces it: the old one's
-        range is closed at the previous world, so older worlds still see it.
+        A method with the signature of a visible one replaces it; older worlds still see the old.
         """
         if not callable(fn):
             raise TypeError(f"fn (a method of {self.name}) must be callable, got {fn!r}")
@@ -286,29 +262,18 @@ class GenericFunction:
             sig = signature_of(fn, localns)
         else:
             sig = _check_tt(self.name, signature, "signature")
+        # A lock's body holds no loop or inlined comprehension: CPython 3.13 can unwind a frame
+        # past its with statement at a backward jump (gh-130279); generators run in their own.
         with _world.lock():
-            return self._define(fn, sig, callees)
-
-    def _define(
-        self, fn: Callable[..., Any], sig: tuple[type, ...], callees: tuple[GenericFunction, ...]
-    ) -> Method:
-        """Make a definition in world ``latest() + 1``. Call with the world lock held.
-
-        The method replaces the live one of its signature (which is closed at the current
-        world, its chain going on from the new one), or continues the chain of a deleted
-        one, or starts a chain of its own. See :meth:`_change` for how it is published.
-        """
-        _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
-        old = self._table
-        latest = _world.latest()
-        replaced = [m for m in old.live if m.signature == sig]
-        prior = (
-            replaced[0] if replaced else next((m for m in old.deleted if m.signature == sig), None)
-        )
-        method = Method(self, fn, sig, callees, latest + 1, prior)
-        live = (*(m for m in old.live if m.signature != sig), method)
-        deleted = tuple(m for m in old.deleted if m is not prior)
-        self._change(old, live, deleted, method, replaced)
+            _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
+            old = self._table
+            # the new method continues the chain of the live or deleted one of its signature
+            prior = next((m for m in old.heads if m.signature == sig), None)
+            replaced = tuple(m for m in old.live if m is prior)
+            method = Method(self, fn, sig, callees, _world.latest() + 1, prior)
+            live = (*(m for m in old.live if m.signature != sig), method)
+            deleted = tuple(m for m in old.deleted if m is not prior)
+            self._change(old, live, deleted, method, replaced)
         return method
 
     def _change(
@@ -317,27 +282,14 @@ class GenericFunction:
         live: tuple[Method, ...],
         deleted: tuple[Method, ...],
         changed: Method,
-        closed: list[Method],
+        closed: tuple[Method, ...],
     ) -> None:
         """Publish a change of the method table in world ``latest() + 1``: ``live`` and
         ``deleted`` are the new table's, ``changed`` the method added or deleted (only the
-        signatures it takes can dispatch differently now; a replaced method has the new one's
-        signature), ``closed`` the methods whose range ends at the current world. Call with
-        the world lock held, after ``world.undo_in_flight()`` and reading ``old``.
-
-        Everything is computed aside from the current table. Then the change is recorded as
-        in flight with its undo, the closed methods and the code whose dispatch it changes
-        are closed at the current world (no reader is past it yet, so nothing they see
-        changes), the new table is published (all it changes is from the new world on), and
-        the new world is published, which ends the record: from that store on the change is
-        whole. An interrupt before it leaves the record, and whoever raises the world next
-        undoes the rest first (see ``world.begin_definition``). Last, code no world can
-        reach is released (the sweep; what an interrupt leaves of it, the next definition's
-        sweep releases).
-
-        What it costs is what it touches: the live methods, the cached signatures and the
-        edges on those ``changed`` takes; never the replaced or deleted methods.
-        """
+        signatures it takes can dispatch differently), ``closed`` the methods whose range ends
+        at the current world. Call with the world lock held, after ``world.undo_in_flight()``.
+        Computed aside, then published; an interrupt before the new world is published is
+        undone by the next definition (docs/design.md, "A definition is computed aside")."""
         latest = _world.latest()
         dispatch = {}
         for tt, entries in old.dispatch.items():
@@ -358,20 +310,17 @@ class GenericFunction:
             m.max_world = latest  # closed at a world no reader is past yet: nothing changes
         self._table = _Table(live, new_world, dispatch, deleted)
         _world.publish_world(new_world)  # the change is whole from here
-        for table, ref in done:  # (an edge ended here stays on other tables, closed, until
-            table.pop(ref, None)  # it goes or a definition there finds it closed)
+        for table, ref in done:  # an ended edge stays closed on other tables until dropped
+            table.pop(ref, None)
         for listener in _on_invalidate:
             listener(ended, True)
 
     def delete_method(self, method: Method | tuple[Any, ...]) -> Method:
         """Remove a method, as Julia's ``Base.delete_method``; raises the world.
 
-        ``method`` is one of :meth:`methods` (a :class:`Method`) or its signature (the tuple
-        of argument types ``m.signature`` shows). From the new world on, dispatch is as if it
-        had never been defined: a less specific method takes its types again, or they are a
-        :class:`MethodError`; code compiled against it is invalidated as by a redefinition.
-        Its range is closed, not erased, so an older world (``invoke_in_world``) still sees
-        it; a later definition of its signature is a new method. A signature with no live
+        ``method`` is one of :meth:`methods` or its signature (as ``m.signature`` shows it).
+        From the new world on, dispatch is as if it had never been defined, and code compiled
+        against it is invalidated; an older world still sees it. A signature with no live
         method is a ``ValueError`` listing the methods. Returns the deleted method.
         """
         if not isinstance(method, (Method, tuple)):
@@ -388,7 +337,7 @@ class GenericFunction:
             old = self._table
             target = self._live_method(old, method)
             live = tuple(m for m in old.live if m is not target)
-            self._change(old, live, (*old.deleted, target), target, [target])
+            self._change(old, live, (*old.deleted, target), target, (target,))
         return target
 
     def _live_method(self, table: _Table, method: Method | tuple[type, ...]) -> Method:
@@ -415,15 +364,10 @@ class GenericFunction:
             "signature as m.signature shows it"
         )
 
-    # -- dispatch ------------------------------------------------------------------------
-
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
         w = _world.current() if world is None else _as_world(self.name, world)
         return list(self._table.visible(w))
-
-    def _dispatch(self, tt: tuple[type, ...], world: int) -> Method:
-        return self._select(tt, self._table.visible(world), world)
 
     def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
         try:
@@ -432,12 +376,9 @@ class GenericFunction:
             return None
 
     def _select(self, tt: tuple[type, ...], visible: Sequence[Method], world: int) -> Method:
-        """The most specific of the ``visible`` methods that take ``tt``.
-
-        A weak type takes its default first (``Weak[int]`` as ``np.int64``): if a method
-        applies so, the most specific of those wins. Otherwise it may take the concrete type
-        of its family that a method declares there, and the most specific such method wins.
-        """
+        """The most specific of the ``visible`` methods that take ``tt``. A weak type takes its
+        default first (``Weak[int]`` as ``np.int64``), else the concrete type of its family that a
+        method declares there."""
         if _has_weak(tt):
             d = _defaults(tt)
             cands = [m for m in visible if m.applies(d)]
@@ -445,8 +386,6 @@ class GenericFunction:
                 cands = [m for m in visible if m.applies_weak(tt)]
         else:
             cands = [m for m in visible if m.applies(tt)]
-        if len(cands) == 1:
-            return cands[0]
         best = [
             m
             for m in cands
@@ -502,25 +441,21 @@ class GenericFunction:
     def _methodinstance_miss(self, tt: tuple[type, ...], w: int) -> MethodInstance:
         _check_tt(self.name, tt)
         # Under the world lock, so no definition runs between reading the table and storing
-        # the range computed from it (which that definition would then fail to end).
+        # the range computed from it (which that definition would then fail to end); no loop
+        # in the lock's body (see add_method).
         with _world.lock():
-            return self._dispatch_and_cache(tt, w)
-
-    def _dispatch_and_cache(self, tt: tuple[type, ...], w: int) -> MethodInstance:
-        memo = self._table.dispatch
-        entries = memo.get(tt, ())
-        for e in entries:
-            if e.min_world <= w <= e.max_world:
-                return e.mi
-        m = self._dispatch(tt, w)
-        mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
-        if w <= _world.latest():
-            lo, hi = self._table.dispatch_range(tt, w)
-            kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_newest_first)
-            memo[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
-        return mi
-
-    # -- backedges -----------------------------------------------------------------------
+            table = self._table
+            entries = table.dispatch.get(tt, ())
+            hit = next((e.mi for e in entries if e.min_world <= w <= e.max_world), None)
+            if hit is not None:  # stored by another thread meanwhile
+                return hit
+            m = self._select(tt, table.visible(w), w)
+            mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+            if w <= _world.latest():
+                lo, hi = table.dispatch_range(tt, w)
+                kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_min_world, reverse=True)
+                table.dispatch[tt] = tuple(kept[:DISPATCH_DEPTH])  # one store
+            return mi
 
     def add_backedge(self, tt: tuple[type, ...], method: Method, edge: Backedge) -> None:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
@@ -535,13 +470,18 @@ class GenericFunction:
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges that are still open: (tt, expected method, edge)."""
-        return _open_edges(self._edges)
+        found = []
+        for tt, table in self._edges.copy().items():
+            for ref, m in table.copy().items():
+                edge = ref()
+                if edge is not None and edge.max_world >= _world.WORLD_MAX:
+                    found.append((tt, m, edge))
+        return found
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
-        world = _as_world(self.name, world)
         try:
-            return self.methodinstance(tt, world).method
+            return self.methodinstance(tt, _as_world(self.name, world)).method
         except MethodError:
             return None
 
@@ -552,9 +492,6 @@ def _annotations(tt: tuple[type, ...]) -> str:
 
 
 def _weak_hint(tt: tuple[type, ...]) -> str:
-    kinds = [t for t in dict.fromkeys(tt) if _is_weak(t)]
-    if not kinds:
-        return ""
     said = "; ".join(
         f"a Python {t.pytype.__name__} takes a parameter declared {type_name(t.default)}"
         + (
@@ -562,17 +499,17 @@ def _weak_hint(tt: tuple[type, ...]) -> str:
             if t.family is t.default
             else f", a type above it, or a concrete {type_name(t.family)} type"
         )
-        for t in kinds
+        for t in dict.fromkeys(tt)
+        if _is_weak(t)
     )
-    return f" ({said})"
+    return f" ({said})" if said else ""
 
 
 def _declared_hint(
     name: str, tt: tuple[type, ...], visible: Sequence[Method], names: Callable[[type], str]
 ) -> str:
-    """How to make the argument a parameter wants, where every visible method with as many
-    parameters declares there one type whose class has a hint (``__argtype_hint__``, a
-    back-end's: ``pass pyopencl.LocalMemory(nbytes), ...``) and the argument is not of it."""
+    """How to make the argument a parameter wants, where all visible methods of that arity
+    declare one type there with an ``__argtype_hint__`` and the argument is not of it."""
     same = [m for m in visible if len(m.signature) == len(tt)]
     out = []
     for i, t in enumerate(tt):
@@ -582,9 +519,8 @@ def _declared_hint(
         (d,) = declared
         hint = getattr(d, "__argtype_hint__", None)
         if hint and not is_subtype(t, d):
-            n = len(tt)
             out.append(
-                f" Every method of {name} with {n} parameters takes a {names(d)} as argument "
+                f" Every method of {name} with {len(tt)} parameters takes a {names(d)} as argument "
                 f"{i}, given {names(t)} here: {hint}."
             )
     return "".join(out)

@@ -1,9 +1,5 @@
-"""Precompile-output mode: store nothing that would outlive this process's worlds.
-
-As Julia's ``cached_lookup`` while generating output (world numbers and device handles mean
-nothing in another session): while the mode is on, cached lookups store nothing and writing
-generated source to disk is refused. ``docs/design.md`` says when a build wants it.
-"""
+"""Precompile-output mode, as Julia's while generating output: cached lookups store nothing and
+writing generated source is refused (world numbers mean nothing in another session)."""
 
 from __future__ import annotations
 
@@ -33,8 +29,7 @@ class precompile_output(_world.Block):
     Blocks nest and overlap across threads; inside, the innermost active block rules.
     ``precompile_output(True)`` / ``(False)`` switch the mode at once, until the next switch;
     as a block, it restores the previous switch as it begins, so the mode after the block is
-    the one before it. A block ends with its with statement, whether or not ``__exit__`` runs.
-    """
+    the one before it. A block ends with its with statement, whether or not ``__exit__`` runs."""
 
     kind = "precompile"
 
@@ -46,8 +41,7 @@ class precompile_output(_world.Block):
         self._previous = _world.switch_precompile(bool(on)) if self._switch else None
 
     def __enter__(self) -> precompile_output:
-        # The innermost block rules inside it, whatever the switches say; a switch's block
-        # restores the previous switch as it begins, so nothing is left to do on exit.
+        # A switch's block restores the previous switch as it begins: nothing is left for exit.
         if self._switch:
             self._begin(switch=self._previous)
         else:
@@ -71,10 +65,5 @@ def refuse_write(path: str | os.PathLike[str]) -> None:
         )
 
 
-def _from_environment() -> None:
-    value = os.environ.get(ENV_VAR, "").strip().lower()
-    if value not in ("", "0", "false", "no", "off"):
-        _world.set_environment_precompile(True)
-
-
-_from_environment()
+if os.environ.get(ENV_VAR, "").strip().lower() not in ("", "0", "false", "no", "off"):
+    _world.set_environment_precompile(True)
