@@ -313,8 +313,7 @@ class Definitions:
         )
         #: the class of this back-end's kernels (see :meth:`kernel_slots`)
         self.kernel_class: type[Kernel] = Kernel
-        #: the attributes launchers over these definitions keep entries under; the kernels' ones
-        self.launcher_attrs: frozenset[str] = frozenset()
+        #: the attributes launchers over these definitions keep on kernels
         self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
         #: ``@kernel`` and ``@device``, each with its back-end's docstring

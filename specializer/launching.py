@@ -146,7 +146,6 @@ class Launcher:
             front, where = _free_attrs(self.front_attr, self.where_attr, taken)
             _TAKEN_ATTRS = taken | {front} | ({where} if where else set())
             self.front_attr, self.where_attr = front, where
-            definitions.launcher_attrs |= {front} | ({where} if where else set())
             definitions.kernel_attrs += (
                 (front,) if _TOKEN in definitions.kernel_attrs else (front, _TOKEN)
             )
