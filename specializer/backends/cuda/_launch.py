@@ -1,12 +1,6 @@
-"""Kernels, the cached lookup (``cufunction``), the launch, and PTX reflection.
-
-``cufunction`` is CUDA.jl's, over the core: the lookup (dispatch in the task's world, the
-compiled-code cache, the load into the context) wrapped in ``cached_lookup`` with key
-(current context, compiler kwargs). ``launch`` is the ``@cuda`` analog. Both, and the
-``HostKernel`` call, are the core's launch path (:mod:`specializer.launching`), generated per
-signature from ``templates/cuda_entry.py.j2``: a launch whose kernel's front entry holds its
-lookup checks the world, the thread's context key and each argument's class, stores the
-arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunchKernel``.
+"""The cached lookup (``cufunction``, keyed by current context and compiler kwargs), the launch
+(the ``@cuda`` analog) and ``code_ptx``, over the core's launch path (:mod:`specializer.launching`,
+generated per signature from ``templates/cuda_entry.py.j2``).
 """
 
 from __future__ import annotations
@@ -31,10 +25,9 @@ from ._driver import (
     Stream,
     current_context,
     current_key,
-    launch_cooperative,
     local,
 )
-from ._module import LinkedKernel
+from ._module import LinkedKernel, launch_cooperative
 
 __all__ = [
     "LAUNCH_OPTIONS",
@@ -54,9 +47,8 @@ LAUNCH_OPTIONS = ("grid", "block", "stream", "shared_mem", "cooperative")
 
 
 def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """Compiler kwargs as a key: sorted pairs, sequences (a list, a ``UserList``, a ``deque``)
-    frozen to tuples so a later mutation cannot change what a cached entry means; unknown
-    ones refused, naming every option."""
+    """Compiler kwargs as a key: sorted pairs, sequences frozen to tuples so a later mutation
+    cannot change what a cached entry means; unknown ones refused."""
     unknown = sorted(set(kwargs) - set(COMPILER_KWARGS))
     if unknown:
         raise _launcher.keyword_error(unknown)
@@ -65,22 +57,6 @@ def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, (Sequence, deque)) and not isinstance(v, (str, bytes)) else v
-
-
-def _cooperative(
-    linked: LinkedKernel, grid: Any, block: Any, shared_mem: int, stream: Any, params: Any
-) -> None:
-    launch_cooperative(
-        linked.function,
-        grid,
-        block,
-        shared_mem,
-        stream,
-        params,
-        linked.context,
-        linked.name,
-        linked.cooperative,
-    )
 
 
 class HostKernel(launching.HostKernel):
@@ -123,7 +99,6 @@ class HostKernel(launching.HostKernel):
 
 
 def _bounds(r: type) -> tuple[Any, Any]:
-    """The range a Python scalar stored as ``r`` must be in (``r`` has one: a ranged kind)."""
     bounds = _params.range_of(r)
     if bounds is None:
         raise TypeError(f"a parameter of type {r} has no range to check")
@@ -140,8 +115,7 @@ class _CUDALauncher(launching.Launcher):
     V = LinkedKernel
     host_class = HostKernel
     lookup_name = "cufunction"
-    #: "array": a device array, its pointer put in its place; "cls_dtype_1": a struct by value
-    #: (np.void, or a one-element array)
+    #: "array": a device array (its pointer is passed); "cls_dtype_1": a struct by value
     guard_kinds = {**launching.Launcher.guard_kinds, "array": True, "cls_dtype_1": True}
 
     def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
@@ -158,9 +132,8 @@ class _CUDALauncher(launching.Launcher):
         return (where[0], _kwkey(kw)) if kw else where
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        # A where is a context's key, (token, ()): a tuple, without a __dict__ for the
-        # core's default; its table is this launcher's in the token's tables (they live as
-        # long as the context's caches and are emptied when the context is gone).
+        # A where is (token, ()), without a __dict__: the table lives in the token, emptied
+        # when the context is gone.
         token = where[0] if where.__class__ is tuple and where else None
         if token.__class__ is not ContextKey:
             return None
@@ -168,8 +141,7 @@ class _CUDALauncher(launching.Launcher):
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
-            # a CuArray by its class; a foreign array by its class (_CAI, _R) and then its
-            # element type (this typestr), contiguity and mask
+            # a CuArray by its class; a foreign one by class, then typestr, contiguity and mask
             return "array", cuarray_class(t.dtype), np.dtype(t.dtype).str
         if isinstance(t, type) and issubclass(t, Struct):
             return "cls_dtype_1", np.void, t.dtype  # np.void or a one-element array
@@ -184,7 +156,7 @@ class _CUDALauncher(launching.Launcher):
             **_params.namespace(resolved),
             "_local": local,
             "_pointer": device_pointer,  # a foreign array's, on the slow path
-            "_cooperative": _cooperative,
+            "_cooperative": launch_cooperative,
             "_half": _types.half_bits,
             "_R": foreign,
             "_CAI": cai_classes,
@@ -216,14 +188,14 @@ class _CUDALauncher(launching.Launcher):
 
 
 _launcher = _CUDALauncher(_definitions)
-_site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
+_site = _launcher.site  # the cached lookup's call site (tests count its misses)
 
 #: a grid or block: an int, or a sequence of up to 3 ints
 _Dims = int | Sequence[int]
 
 
 class _Launch(Protocol):
-    """The type of :func:`launch` (generated by the core, so typed here for type checkers)."""
+    """The type of :func:`launch` (generated by the core)."""
 
     def __call__(
         self,
@@ -258,11 +230,9 @@ def cufunction(
     f: Kernel | KernelInstance, tt: tuple[type, ...] = (), **compiler_kwargs: Any
 ) -> HostKernel:
     """The kernel ``f`` (a kernel or kernel instance) compiled for argument types ``tt``
-    (without the captured values) and loaded in the current context, as a
-    :class:`HostKernel`. The lookup (dispatch in the task's world, the compiled-code cache,
-    the load into the context) runs through ``cached_lookup`` with key (context, compiler
-    kwargs); see ``COMPILER_KWARGS`` for the kwargs. Python ``int``/``float``/``bool`` in
-    ``tt`` stand for the weak types."""
+    (without the captured values) and loaded in the current context, as a :class:`HostKernel`,
+    looked up through ``cached_lookup`` with key (context, ``COMPILER_KWARGS``). Python
+    ``int``/``float``/``bool`` in ``tt`` stand for the weak types."""
     # cast: _launcher.host_class is this module's HostKernel
     return cast(HostKernel, _launcher.function(f, tt, None, compiler_kwargs))
 

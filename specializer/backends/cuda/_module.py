@@ -13,12 +13,14 @@ import numpy as np
 
 from ...compiler import CompilerJob
 from . import _driver
-from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
+from ._driver import Context, ContextKey, CUDAError, check, driver, max_cooperative_blocks, pushed
 from ._nvrtc import nvrtc_version
 from ._program import CUDAArtifact
 from ._ptx import ptx_globals
 
-__all__ = ["LinkedKernel", "load"]
+__all__ = ["LinkedKernel", "launch_cooperative", "load"]
+
+_Dim3 = tuple[int, int, int]
 
 
 def _host_address(a: np.ndarray) -> int:
@@ -157,6 +159,37 @@ class LinkedKernel:
         ctx = self.token.context()
         where = "a context that is gone" if ctx is None else repr(ctx)
         return f"<LinkedKernel {self.name} ({self.arch}) in {where}>"
+
+
+def launch_cooperative(
+    linked: LinkedKernel, grid: _Dim3, block: _Dim3, shared_mem: int, stream: Any, params: Any
+) -> None:
+    """Launch ``linked`` with ``cuLaunchCooperativeKernel`` (its blocks may sync grid-wide);
+    ``params`` is the address of the ``void*`` parameter array. A grid larger than the device
+    holds at once is a ``ValueError`` naming both sizes, before anything is launched."""
+    context = linked.context
+    blocks = grid[0] * grid[1] * grid[2]
+    threads = block[0] * block[1] * block[2]
+    most, per_sm, sms = max_cooperative_blocks(
+        linked.function, threads, shared_mem, context, linked.cooperative
+    )
+    if blocks > most:
+        raise ValueError(
+            f"cooperative launch of {linked.name}: grid={grid} is {blocks} blocks, but at most "
+            f"{most} blocks of {threads} threads with {shared_mem} bytes of dynamic shared memory "
+            f"can be resident at once ({per_sm} per multiprocessor x {sms} multiprocessors of "
+            f"{context!r}), and a grid-wide sync needs every block resident: use a smaller grid"
+        )
+    (err,) = driver.cuLaunchCooperativeKernel(
+        linked.function, *grid, *block, int(shared_mem), stream, params
+    )
+    if err:
+        raise CUDAError(
+            "cuLaunchCooperativeKernel",
+            err,
+            f"launching {linked.name} with grid={grid}, block={block}, shared_mem={shared_mem} "
+            f"in {context!r}",
+        )
 
 
 def load(

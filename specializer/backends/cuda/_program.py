@@ -1,9 +1,7 @@
 """NVRTC programs: one compilation, kept on disk, and the programs the kernels of a source share.
 
-:func:`nvrtc_compile` makes PTX, and for an ``sm_XX`` target the cubin that gets loaded (so the
-driver never JITs PTX newer than it knows), with no GPU; its output is kept on disk, keyed by
-everything that decides it. Every failure is a :class:`~specializer.CompileError` naming the
-kernel, entry, architecture, options and NVRTC's log, with a hint for known mistakes.
+An ``sm_XX`` target also makes the cubin that gets loaded, so the driver never JITs PTX newer
+than it knows. Failures are :class:`~specializer.CompileError` with NVRTC's log and hints.
 """
 
 from __future__ import annotations
@@ -78,12 +76,14 @@ def nvrtc_compiles() -> int:
     return _compiles
 
 
-def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
-    size: int = nvrtc_check(size_fn(prog), what, detail)
+def _program_bytes(prog: Any, part: str, detail: str) -> bytes:
+    """The program's ``part`` (``ProgramLog``, ``PTX``, ``CUBIN``): ``nvrtcGet<part>``."""
+    what = f"nvrtcGet{part}"
+    size: int = nvrtc_check(getattr(nvrtc, f"{what}Size")(prog), what, detail)
     # NVRTC writes into the buffer: one of its own (CPython shares every bytes object of
     # length 0 or 1, so b" " * 1 is the interpreter's b" ", which a write would corrupt)
     buf = b" " * (size + 2)
-    nvrtc_check(get_fn(prog, buf), what, detail)
+    nvrtc_check(getattr(nvrtc, what)(prog, buf), what, detail)
     return buf[:size]
 
 
@@ -115,14 +115,6 @@ def _failure_hints(log: str, source: str, expression: str, kernel: str) -> list[
             f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
         )
     return hints
-
-
-def _compile_options(arch: str, options: tuple[str, ...]) -> tuple[str, ...]:
-    return (
-        f"--gpu-architecture={arch}",
-        *options,
-        *(f"--include-path={d}" for d in toolkit_include_dirs()),
-    )
 
 
 def _disk_key(
@@ -191,7 +183,11 @@ def nvrtc_compile(
     The disk cache is asked first and filled after."""
     label = f"kernel {kernel}" if kernel else "a CUDA program"
     _check_no_nul(label, source, headers)
-    opts = _compile_options(arch, tuple(options))
+    opts = (
+        f"--gpu-architecture={arch}",
+        *options,
+        *(f"--include-path={d}" for d in toolkit_include_dirs()),
+    )
     program = _program_name(name, kernel)
     if included is None:
         included = included_digest(source, tuple(options), name, headers, kernel)
@@ -255,17 +251,7 @@ def _run_nvrtc(
         with _compiles_lock():
             _compiles += 1
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
-        log = (
-            _program_bytes(
-                prog,
-                nvrtc.nvrtcGetProgramLogSize,
-                nvrtc.nvrtcGetProgramLog,
-                "nvrtcGetProgramLog",
-                detail,
-            )
-            .rstrip(b"\0")
-            .decode(errors="replace")
-        )
+        log = _program_bytes(prog, "ProgramLog", detail).rstrip(b"\0").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return err, log, None
         return err, log, _outputs(prog, expressions, arch, detail)
@@ -283,16 +269,8 @@ def _outputs(
         ).decode()
         for e in expressions
     }
-    ptx = (
-        _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX", detail)
-        .rstrip(b"\0")
-        .decode()
-    )
-    cubin = None
-    if arch.startswith("sm_"):
-        cubin = _program_bytes(
-            prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN", detail
-        )
+    ptx = _program_bytes(prog, "PTX", detail).rstrip(b"\0").decode()
+    cubin = _program_bytes(prog, "CUBIN", detail) if arch.startswith("sm_") else None
     return ptx, cubin, lowered
 
 
