@@ -1,15 +1,7 @@
-"""Device arrays: the ``Array[T]`` argument types and the back-end's own small array type.
-
-A kernel takes, as a device pointer dispatching as ``Array[dtype]``, any object with
-``__cuda_array_interface__`` (v2, v3), a DLPack array on a CUDA device (through cuda.core's
-``StridedMemoryView``), cuda.core's ``Buffer`` (``Array[np.uint8]``) and ``StridedMemoryView``,
-and :class:`CuArray`, the back-end's own small array (so its demo and tests need no other
-GPU library).
-
-A front entry checks a ``CuArray`` by its class (one per element type). Another library's
-class says nothing of the dtype, so once the slow path has typed one of its values, the
-class gets a reader in :data:`foreign`: ``reader(value, typestr)`` is the device pointer of
-a C-contiguous, unmasked value of element type ``typestr``, else None (the slow path).
+"""Device arrays: the ``Array[T]`` argument types, :class:`CuArray` (the back-end's own, one
+class per element type so a front entry checks it by class), and the readers of foreign arrays:
+``reader(value, typestr)`` is the device pointer of a C-contiguous, unmasked value of element
+type ``typestr``, else None (the slow path).
 """
 
 from __future__ import annotations
@@ -54,8 +46,7 @@ def _native(a: np.ndarray) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-#: The argument type of each class of values that decides it (the scalar types, filled in by
-#: ``_types``, and each :class:`CuArray` class): ``typeof``'s fast path, one lookup.
+#: value class -> argument type (``_types``'s scalars, each CuArray class): typeof's fast path
 argtypes: dict[type, type] = {}
 
 _classes: dict[np.dtype, type] = {}
@@ -63,8 +54,7 @@ _classes_lock = new_lock(reentrant=False)
 
 
 def cuarray_class(dtype: Any) -> type[CuArray]:
-    """The class of the CuArrays of ``dtype``: one subclass of :class:`CuArray` per element
-    type, so that a value's class alone gives its argument type."""
+    """The :class:`CuArray` subclass of ``dtype``, so a value's class alone gives its type."""
     dt = np.dtype(dtype)
     cls = _classes.get(dt)
     if cls is None:
@@ -83,8 +73,7 @@ def cuarray_class(dtype: Any) -> type[CuArray]:
 
 
 def device_pointer(obj: Any) -> int:
-    """The device address of a foreign device array (typed by the slow path, so its class
-    has a reader) or of any object with ``__cuda_array_interface__``."""
+    """The device address of a foreign array: by its class's reader, else its CAI."""
     reader = None if obj.__class__ in cai_classes else foreign.get(obj.__class__)
     if reader is not None:
         ptr: int | None = reader(obj, None)
@@ -113,10 +102,9 @@ def _dlpack_pointer(a: Any, typestr: str | None) -> int | None:
     return _view_pointer(strided_view(a), typestr)
 
 
-#: the reader of each foreign array class the slow path has typed a value of, but those
-#: with __cuda_array_interface__: they are in cai_classes, read by the guard itself
+#: the reader of each foreign array class the slow path typed (but those in cai_classes)
 foreign: dict[type, Any] = {}
-#: the classes with __cuda_array_interface__ the slow path has typed a value of
+#: the classes with __cuda_array_interface__ the slow path typed (read by the guard itself)
 cai_classes: set[type] = set()
 
 #: DLPack's device types of CUDA memory a kernel can read: kDLCUDA, kDLCUDAHost, kDLCUDAManaged
@@ -186,13 +174,8 @@ class CuArray:
         self.ptr = 0
         if self.nbytes:
             with pushed(context):
-                self.ptr = int(
-                    check(
-                        driver.cuMemAlloc(self.nbytes),
-                        "cuMemAlloc",
-                        f"allocating {self.nbytes} bytes",
-                    )
-                )
+                alloc = driver.cuMemAlloc(self.nbytes)
+                self.ptr = int(check(alloc, "cuMemAlloc", f"allocating {self.nbytes} bytes"))
             weakref.finalize(self, _free, self.ptr, context)
 
     @classmethod

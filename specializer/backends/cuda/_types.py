@@ -1,6 +1,4 @@
-"""Kernel argument types: what each launch argument dispatches as, how CUDA C spells it, and
-its ctypes type in a parameter buffer. ``typeof``'s common cases are one dict lookup.
-"""
+"""Kernel argument types: what each argument dispatches as, its CUDA C spelling and ctypes type."""
 
 from __future__ import annotations
 
@@ -55,34 +53,16 @@ _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
 }
 
 
-#: numpy's abstract scalar types (a user's subclass of a concrete one does not make it abstract)
-_ABSTRACT = frozenset(
-    (
-        np.generic,
-        np.number,
-        np.integer,
-        np.signedinteger,
-        np.unsignedinteger,
-        np.inexact,
-        np.floating,
-        np.complexfloating,
-        np.flexible,
-        np.character,
-    )
-)
+#: numpy's concrete scalar types: not an abstract one (np.floating has no dtype), nor a subclass
+_CONCRETE = frozenset(np.sctypeDict.values())
 
 
 def _abi(t: type) -> tuple[str, type] | None:
-    """The spelling and parameter type of the concrete scalar type ``t`` (None if it has none,
-    or if ``t`` is abstract, like ``np.floating``)."""
-    if not isinstance(t, type) or not issubclass(t, np.generic) or t in _ABSTRACT:
-        return None  # abstract (np.floating, ...): numpy has no dtype for it
-    try:
-        dt = np.dtype(t)
-    except TypeError:
+    """The spelling and parameter type of the concrete scalar type ``t`` (None if it has none)."""
+    if not isinstance(t, type) or t not in _CONCRETE:
         return None
-    # a subclass of a numpy scalar type has its base's dtype, but is not itself concrete
-    return _SCALAR_ABI.get((dt.kind, dt.itemsize)) if dt.type is t else None
+    dt = np.dtype(t)
+    return _SCALAR_ABI.get((dt.kind, dt.itemsize))
 
 
 #: value type -> argument type, for every scalar a kernel parameter can take
@@ -93,7 +73,7 @@ _SCALARS: dict[type, type[np.generic]] = {
 argtypes.update(_SCALARS)
 
 #: the numpy scalar types a kernel parameter can take (each its own argument type)
-_NUMPY_SCALARS = frozenset(t for t in _SCALARS.values() if issubclass(t, np.generic))
+_NUMPY_SCALARS = frozenset(_SCALARS.values())
 
 
 def numpy_base(cls: type) -> type[np.generic] | None:
@@ -190,8 +170,8 @@ def _typeof_other(value: Any) -> type:
 
 
 def _check_device(value: Any, device_id: int) -> None:
-    """A ``ValueError`` when ``value``'s memory is on another device than the current
-    context's (what its launch runs on); nothing to compare with where no GPU is."""
+    """A ``ValueError`` when ``value``'s memory is on another device than the current context's
+    (nothing to compare with where no GPU is)."""
     if not available():
         return
     ordinal = current_context().ordinal
@@ -248,8 +228,8 @@ def _cai_type(value: Any, cai: Any) -> type:
 
 
 def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
-    """Whether ``strides`` lay ``shape`` out C- or F-contiguously (numpy's rule: the stride
-    of a dimension of length 1 does not matter, nor any stride of an empty array)."""
+    """Whether ``strides`` lay ``shape`` out C- or F-contiguously (numpy's rule: strides of
+    length-1 dimensions and of empty arrays do not matter)."""
     if len(strides) != len(shape):
         return False
     if any(d == 0 for d in shape):
