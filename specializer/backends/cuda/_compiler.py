@@ -1,8 +1,5 @@
-"""The CUDA :class:`~specializer.Backend`: NVRTC compilation and per-context loading.
-
-``compile`` builds a job's program (:mod:`._source`) with NVRTC (:mod:`._program`), no GPU
-needed, and checks the kernel's parameters (:mod:`._ptx`); ``link`` loads it into one context
-(:mod:`._module`). The config, (architecture, NVRTC options), is :func:`compiler_config`'s.
+"""The CUDA :class:`~specializer.Backend`: NVRTC compilation (no GPU needed) and per-context
+loading; its config, (architecture, NVRTC options), is :func:`compiler_config`'s.
 """
 
 from __future__ import annotations
@@ -47,17 +44,10 @@ class CUDABackend(Backend):
             if not hints:
                 raise
             raise NVRTCError(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
-        check_parameters(job.name, r.ptx, r.lowered[expression], job.mi.tt)
+        entry = r.lowered[expression]
+        check_parameters(job.name, r.ptx, entry, job.mi.tt)
         return CUDAArtifact(
-            program.source,
-            r.ptx,
-            r.cubin,
-            r.lowered[expression],
-            program.arch,
-            r.log,
-            expression,
-            r.options,
-            key,
+            program.source, r.ptx, r.cubin, entry, program.arch, r.log, expression, r.options, key
         )
 
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
@@ -73,12 +63,11 @@ class CUDABackend(Backend):
 
 
 def _callee_hints(log: str, job: CompilerJob) -> list[str]:
-    """For each name the log says is undefined that is a device function of this back-end
-    the job does not list in ``callees=``: a hint to add it."""
+    """A hint for each undefined name in the log that is a device function not in ``callees=``."""
     names = dict.fromkeys(_UNDEFINED.findall(log))
     if not names:
         return []
-    defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it, in order
+    defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it
     for gf in _definitions.device_functions():
         if gf.name in names:
             defined.setdefault(gf.name, {})[gf.__module__] = None

@@ -1,10 +1,6 @@
-"""What the back-end reads of C++ without compiling it: the kernels a source defines, and the
-parameter types of a C++ entry's mangled name.
-
-:func:`kernel_names` gives the name expressions an NVRTC program is compiled with besides
-the one asked for, so the other kernels of a source reuse it (see :mod:`._program`).
-:func:`mangled_parameters` reads what a C++ kernel's pointer parameters point at, which its
-PTX does not say (see :func:`._ptx.check_parameters`).
+"""What the back-end reads of C++ without compiling it: the kernels a source defines (compiled
+into one program) and a mangled entry's parameter types (what its pointers point at, which PTX
+does not say).
 """
 
 from __future__ import annotations
@@ -23,8 +19,7 @@ def kernel_names(source: str) -> list[str]:
     name only: the name expressions that can be compiled along with any other."""
     text = _ATTRIBUTES.sub(" ", _COMMENTS.sub(" ", source))
     text = re.sub(r"^[ \t]*#[^\n]*", " ", text, flags=re.M)  # preprocessor lines
-    # the start of each block that is not extern "C" { ... }: a kernel inside is not at file
-    # scope (a namespace's) or not a kernel definition at all
+    # blocks but extern "C" { ... }: a kernel inside is not at file scope, or not a definition
     inner: list[tuple[int, int]] = []
     stack: list[tuple[int, bool]] = []
     for m in re.finditer(r"[{}]", text):

@@ -1,5 +1,4 @@
-"""The definitions of the CUDA back-end: what a value dispatches as (``typeof``), and
-``@kernel``, ``@device`` and ``capture`` (the core's, with what CUDA's annotations take)."""
+"""The CUDA back-end's ``typeof`` and its ``@kernel``, ``@device`` and ``capture`` (the core's)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
-"""NVRTC's output on disk, shared by every process of the user: compile once, not once per process.
+"""NVRTC's output on disk, shared by every process of the user (:mod:`specializer.diskcache`).
 
-An entry (``<key>.nvrtc``) holds the PTX, the cubin, each name expression's lowered name and
-NVRTC's log; its key is a SHA-256 over all that decides them (source, name expressions, every
-option, NVRTC's version, the toolkit headers' identity) and nothing else (no world, kernel or
-handle), so it is right in any process. Where it lives, how it is written, checked and evicted
-are :mod:`specializer.diskcache`'s. It never makes a compilation fail.
+An entry (``<key>.nvrtc``) holds PTX, cubin, lowered names and log; its key is a SHA-256 over
+all that decides them and nothing else (no world, kernel or handle), so it is right in any
+process. It never makes a compilation fail.
 """
 
 from __future__ import annotations

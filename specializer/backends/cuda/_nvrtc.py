@@ -1,6 +1,4 @@
-"""NVRTC itself: its binding, the one checker its calls go through, its error, its version
-and the architectures it compiles for. Compiling a program is :mod:`._program`'s.
-"""
+"""NVRTC itself: its binding, call checker, error, version and architectures."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""Kernel parameters laid out once per signature, for the launch path that fills them.
-
-``cuLaunchKernel`` takes a ``void**``, one pointer per parameter to its value; cuda.bindings
-would build it from ``(values, types)``, two C arrays allocated on every call. Here each
-signature gets a :class:`ParamBuffer` laid out once (a ctypes structure, C layout, and the array
-of its fields' addresses); the generated launch path stores each argument into its field and
-passes the array's address, an int. A struct by value is its bytes, at CUDA C's alignment.
+"""Kernel parameters laid out once per signature (a ctypes structure and the ``void*`` array of
+its fields' addresses), so a launch stores each argument and passes one int to ``cuLaunchKernel``
+instead of cuda.bindings building two C arrays per call.
 
 A buffer must not change while the driver reads it (``cuLaunchKernel`` runs without the GIL):
 each launch takes one from its signature's pool (``list.pop``, atomic) and gives it back, so
@@ -67,7 +63,7 @@ _CARRIERS = {
 
 
 def struct_dtype(t: type[Struct]) -> np.dtype:
-    """The layout of struct argument type ``t`` (``Struct[dtype]``; plain ``Struct`` has none)."""
+    """The layout of struct argument type ``t`` (plain ``Struct`` has none)."""
     if t.dtype is None:
         raise TypeError(f"{t!r} has no layout: a parameter's struct type is Struct[dtype]")
     return t.dtype
@@ -139,8 +135,7 @@ def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> Non
     )
 
 
-#: The range a Python scalar must be in for a parameter of type ``t``: the core's (the
-#: template inlines the comparison).
+#: the range a Python scalar must be in for a parameter of type ``t`` (the core's)
 range_of = weak_range
 
 

@@ -91,32 +91,6 @@ _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
 _GLOBALS_IN_SOURCE = re.compile(r"__global__\s+(?:[\w:<>,\s*&]*?\s)?(\w+)\s*\(")
 
 
-def _failure_hints(log: str, source: str, expression: str, kernel: str) -> list[str]:
-    hints = []
-    for header in dict.fromkeys(_MISSING.findall(log)):
-        hints.append(missing_header_hint(header))
-    if "cannot determine which instance of function template" in log:
-        hints.append(
-            f"{expression} is a function template: name the instance to compile, returning "
-            f"KernelSource(source, entry='{expression}<...>') from the method with the "
-            f"template arguments built from its concrete types (for example "
-            f"entry=f'{expression}<{{cuda.ctype(x.dtype)}}>')"
-        )
-    elif "__nv_name_map" in log:
-        defined = [n for n in dict.fromkeys(_GLOBALS_IN_SOURCE.findall(source)) if n]
-        there = (
-            f"; the source defines __global__ function(s) {', '.join(defined)}: name the "
-            f"method after one, or return KernelSource(source, entry='{defined[0]}')"
-            if defined
-            else ""
-        )
-        hints.append(
-            f"the source must define a __global__ function named {expression} (for a kernel "
-            f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
-        )
-    return hints
-
-
 def _disk_key(
     source: str,
     expressions: tuple[str, ...],
@@ -176,11 +150,9 @@ def nvrtc_compile(
     headers: tuple[tuple[str, str], ...] = (),
     included: str | None = None,
 ) -> NVRTCResult:
-    """Compile ``source`` with NVRTC for ``arch`` (``compute_XX``: PTX only), the toolkit's
-    header directories after ``options``, and find the lowered name of each of
-    ``expressions`` (``"reduce2<float>"``). ``name`` defaults to ``<kernel>.cu``; ``headers``
-    are ``(include name, text)`` pairs; ``included`` is :func:`included_digest` if computed.
-    The disk cache is asked first and filled after."""
+    """Compile ``source`` with NVRTC for ``arch`` (``compute_XX``: PTX only) and find the lowered
+    name of each of ``expressions`` (``"reduce2<float>"``), asking the disk cache first.
+    ``headers`` are ``(include name, text)``; ``included`` is :func:`included_digest`'s."""
     label = f"kernel {kernel}" if kernel else "a CUDA program"
     _check_no_nul(label, source, headers)
     opts = (
@@ -254,24 +226,17 @@ def _run_nvrtc(
         log = _program_bytes(prog, "ProgramLog", detail).rstrip(b"\0").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return err, log, None
-        return err, log, _outputs(prog, expressions, arch, detail)
+        lowered = {
+            e: nvrtc_check(
+                nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
+            ).decode()
+            for e in expressions
+        }
+        ptx = _program_bytes(prog, "PTX", detail).rstrip(b"\0").decode()
+        cubin = _program_bytes(prog, "CUBIN", detail) if arch.startswith("sm_") else None
+        return err, log, (ptx, cubin, lowered)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-
-
-def _outputs(
-    prog: Any, expressions: tuple[str, ...], arch: str, detail: str
-) -> tuple[str, bytes | None, dict[str, str]]:
-    """What a compiled program holds: its PTX, its cubin (``sm_XX``), the lowered names."""
-    lowered = {
-        e: nvrtc_check(
-            nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
-        ).decode()
-        for e in expressions
-    }
-    ptx = _program_bytes(prog, "PTX", detail).rstrip(b"\0").decode()
-    cubin = _program_bytes(prog, "CUBIN", detail) if arch.startswith("sm_") else None
-    return ptx, cubin, lowered
 
 
 def _compile_error(
@@ -285,7 +250,27 @@ def _compile_error(
     kernel: str,
 ) -> NVRTCError:
     """The error of a program that did not compile: NVRTC's log, with the hints it shows."""
-    hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
+    expression = expressions[0] if expressions else ""
+    hints = [missing_header_hint(h) for h in dict.fromkeys(_MISSING.findall(log))]
+    if "cannot determine which instance of function template" in log:
+        hints.append(
+            f"{expression} is a function template: name the instance to compile, returning "
+            f"KernelSource(source, entry='{expression}<...>') from the method with the "
+            f"template arguments built from its concrete types (for example "
+            f"entry=f'{expression}<{{cuda.ctype(x.dtype)}}>')"
+        )
+    elif "__nv_name_map" in log:
+        defined = [n for n in dict.fromkeys(_GLOBALS_IN_SOURCE.findall(source)) if n]
+        there = (
+            f"; the source defines __global__ function(s) {', '.join(defined)}: name the "
+            f"method after one, or return KernelSource(source, entry='{defined[0]}')"
+            if defined
+            else ""
+        )
+        hints.append(
+            f"the source must define a __global__ function named {expression} (for a kernel "
+            f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
+        )
     found = headers_cuda_version()
     if found is not None and found[0] != nvrtc_version()[0]:
         hints.append(

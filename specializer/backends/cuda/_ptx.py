@@ -1,6 +1,5 @@
-"""What the back-end reads of PTX: a kernel's parameters (size and kind; for a C++ entry, its
-mangled name adds what each pointer points at), checked against the argument types where it
-is compiled (SPEC 8), and a module's variables. Nothing here runs on a launch.
+"""What the back-end reads of PTX: a kernel's parameters, checked against the argument types
+when it is compiled (SPEC 8), and a module's variables.
 """
 
 from __future__ import annotations
@@ -58,9 +57,8 @@ def _argument_kind(t: type) -> tuple[str, int] | None:
 
 def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
     """A ``TypeError`` when an argument type cannot be the kernel's parameter as the PTX
-    declares it (SPEC 8): another size, a float for an integer or back; for a C++ entry also
-    an array whose elements differ from what its mangled name says the pointer points at.
-    Runs where the kernel is compiled, never on a launch."""
+    declares it (another size, a float for an integer or back) or, for a C++ entry, an array's
+    elements differ from what its mangled name says the pointer points at."""
     params = ptx_parameters(ptx, lowered)
     if params is None:
         return
