@@ -13,7 +13,7 @@ from ...sources import split_options
 from ._decorators import _definitions
 from ._driver import Context, ContextKey, CUDAError, driver
 from ._module import load
-from ._nvrtc import NVRTCError, nvrtc_version, supported_archs
+from ._nvrtc import NVRTCError, supported_archs, version_str
 from ._program import CUDAArtifact, compile_program
 from ._ptx import check_parameters
 from ._source import kernel_program
@@ -104,8 +104,7 @@ def _check_arch(arch: Any) -> str:
     supported = supported_archs()
     if m is None or int(m.group(2)) not in supported:
         raise ValueError(
-            f"arch={arch!r} is not an architecture NVRTC "
-            f"{'.'.join(map(str, nvrtc_version()))} compiles for; supported: "
+            f"arch={arch!r} is not an architecture NVRTC {version_str()} compiles for; supported: "
             f"{', '.join(f'sm_{a}' for a in supported)} (or compute_XX for PTX only)"
         )
     return arch
@@ -124,8 +123,7 @@ def device_arch(ctx: Context) -> str:
         "choosing an architecture",
         driver.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU,
         f"{ctx!r} has compute capability {ctx.capability[0]}.{ctx.capability[1]}, which NVRTC "
-        f"{'.'.join(map(str, nvrtc_version()))} no longer compiles for (oldest: "
-        f"sm_{min(supported)})",
+        f"{version_str()} no longer compiles for (oldest: sm_{min(supported)})",
     )
 
 

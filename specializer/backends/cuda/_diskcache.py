@@ -34,21 +34,6 @@ def key_of(parts: dict[str, Any]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-def _encode(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bytes:
-    ptx_b = ptx.encode()
-    meta = json.dumps(
-        {
-            "key": key,
-            "ptx": len(ptx_b),
-            "cubin": -1 if cubin is None else len(cubin),
-            "lowered": lowered,
-            "log": log,
-        },
-        sort_keys=True,
-    ).encode()
-    return b"".join((_MAGIC, _LEN.pack(len(meta)), meta, ptx_b, cubin or b""))
-
-
 def _decode(key: str, body: bytes) -> dict[str, Any] | None:
     """The entry in ``body`` (its digest already checked), or ``None`` if it is not one."""
     if len(body) < len(_MAGIC) + _LEN.size or not body.startswith(_MAGIC):
@@ -94,4 +79,16 @@ def store(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log:
     d = diskcache.private_dir("cuda", create=True)
     if d is None:
         return False
-    return diskcache.write_entry(d, f"{key}{_SUFFIX}", _encode(key, ptx, cubin, lowered, log))
+    ptx_b = ptx.encode()
+    meta = json.dumps(
+        {
+            "key": key,
+            "ptx": len(ptx_b),
+            "cubin": -1 if cubin is None else len(cubin),
+            "lowered": lowered,
+            "log": log,
+        },
+        sort_keys=True,
+    ).encode()
+    entry = b"".join((_MAGIC, _LEN.pack(len(meta)), meta, ptx_b, cubin or b""))
+    return diskcache.write_entry(d, f"{key}{_SUFFIX}", entry)

@@ -60,20 +60,17 @@ def _frozen(v: Any) -> Any:
 
 
 class HostKernel(launching.HostKernel):
-    """A kernel ready to launch in one context: what :func:`cufunction` returns (the analog
-    of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel:
-    ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``.
-    ``isinstance(hk, HostKernel)`` holds; ``hk`` is the signature's generated call, bound to
-    an instance of this class, and carries its attributes:
+    """A kernel ready to launch in one context: what :func:`cufunction` returns (CUDA.jl's
+    ``HostKernel``). Call it like :func:`launch` without the kernel: ``hk(*args, grid=...,
+    block=..., stream=None, shared_mem=0, cooperative=False)``. ``hk`` is the signature's
+    generated call, bound to an instance of this class (``isinstance(hk, HostKernel)``
+    holds), and carries its attributes:
 
     - ``function``: the driver's ``CUfunction``; ``name``: the kernel's name;
-    - ``context``: the context it was loaded in, which it keeps alive (the library's caches
-      hold a context weakly; a HostKernel the user holds keeps it, as its arrays and
-      streams do, so it never launches into a gone one);
-    - ``get_global(name)``: (device pointer, size in bytes) of the ``__constant__`` or
-      ``__device__`` variable ``name`` of the kernel's module (``cuModuleGetGlobal``);
-      ``copy_to_global(name, array)``: copy ``array`` into it (its size exactly);
-      ``copy_from_global(name, ...)``: it copied back (see LinkedKernel.copy_from_global);
+    - ``context``: the context it was loaded in, which it keeps alive (the caches hold it
+      weakly), so it never launches into a gone one;
+    - ``get_global(name)``, ``copy_to_global(name, array)``, ``copy_from_global(name, ...)``:
+      the module's ``__constant__`` and ``__device__`` variables (see :class:`LinkedKernel`);
     - ``f``, ``tt``, ``where`` and ``linked`` (the :class:`LinkedKernel`).
     """
 

@@ -71,13 +71,7 @@ def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) 
                 f"parameter (captured values first)"
             )
         )
-    _check_sizes(kernel, params, tt)
-    _check_pointees(kernel, lowered, tt)
-
-
-def _check_sizes(kernel: str, params: list[tuple[str, int, str]], tt: tuple[type, ...]) -> None:
-    """Each argument's size and kind against its parameter's PTX type."""
-    for i, ((kind, size, ptx_type), t) in enumerate(zip(params, tt)):
+    for i, ((kind, size, ptx_type), t) in enumerate(zip(params, tt)):  # sizes and kinds
         arg = _argument_kind(t)
         if arg is None:
             continue
@@ -92,11 +86,7 @@ def _check_sizes(kernel: str, params: list[tuple[str, int, str]], tt: tuple[type
                     f"value of the parameter's C type, or declare the method's parameter as it"
                 )
             )
-
-
-def _check_pointees(kernel: str, lowered: str, tt: tuple[type, ...]) -> None:
-    """Each array's elements against what its pointer parameter points at (C++ entries)."""
-    for i, (spelled, t) in enumerate(zip(mangled_parameters(lowered) or (), tt)):
+    for i, (spelled, t) in enumerate(zip(mangled_parameters(lowered) or (), tt)):  # pointees
         if not (isinstance(t, type) and issubclass(t, Array)):
             continue
         try:
