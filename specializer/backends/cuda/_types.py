@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
-from ...types import Struct
+from ...types import WEAK, Struct, weak_type
 from ._array import (
     DLPACK_CUDA,
     Array,
@@ -116,23 +116,33 @@ def struct_type(dtype: np.dtype) -> type:
 
 
 def typeof(value: Any) -> type:
-    """The argument type ``value`` dispatches as: Python ``int``/``float``/``bool`` are
-    ``np.int64``/``np.float64``/``np.bool_``, numpy scalars their own type, device arrays
-    ``Array[dtype]``; anything else is a ``TypeError``."""
+    """The argument type ``value`` dispatches as (SPEC section 8): Python ``int``/``float``/
+    ``bool`` are the weak ``Weak[int]``/``Weak[float]``/``Weak[bool]`` (they take the type the
+    method declares), numpy scalars their own type (a subclass its numpy base), numpy
+    structured scalars ``Struct[dtype]``, device arrays ``Array[dtype]``; anything else is a
+    ``TypeError``."""
+    t: type | None = WEAK.get(value.__class__)
+    if t is not None:
+        return t
+    if isinstance(value, np.void) or (
+        isinstance(value, np.ndarray) and value.size == 1 and value.dtype.names is not None
+    ):  # a struct by value: np.void, or a 0-d or one-element array (``rhs.view(double3)``)
+        if value.dtype.names is None:
+            raise unsupported_argument(value, ACCEPTED)
+        return struct_type(value.dtype)
     t = argtypes.get(value.__class__)
-    return _typeof_other(value) if t is None else t
-
-
-def _typeof_other(value: Any) -> type:
+    if t is not None:
+        return t
     if isinstance(value, CuArray):
         return value.argtype
     if isinstance(value, np.generic):  # a subclass of a numpy scalar type: its numpy base
         t = numpy_base(value.__class__)
         if t is not None:
             return t
-    for base in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
-        if isinstance(value, base):
-            return _SCALARS[base]
+    else:
+        weak = weak_type(value)  # a subclass of a Python scalar (an IntEnum, ...)
+        if weak is not None:
+            return weak
     try:
         cai = value.__cuda_array_interface__
     except AttributeError:
