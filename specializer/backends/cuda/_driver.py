@@ -448,9 +448,6 @@ def stream_handle(stream: Any) -> Any:
     )
 
 
-# -- cooperative launch ------------------------------------------------------------------
-
-
 def max_cooperative_blocks(
     function: Any,
     block_threads: int,

@@ -13,7 +13,7 @@ import numpy as np
 
 from ... import launching
 from ...kernels import Kernel, KernelInstance, code_of, uncached_lookup
-from ...types import Struct, WeakScalar, resolve_weak
+from ...types import Struct, WeakScalar, resolve_weak, weak_range
 from . import _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
@@ -96,7 +96,7 @@ class HostKernel(launching.HostKernel):
 
 
 def _bounds(r: type) -> tuple[Any, Any]:
-    bounds = _params.range_of(r)
+    bounds = weak_range(r)
     if bounds is None:
         raise TypeError(f"a parameter of type {r} has no range to check")
     return bounds
@@ -174,7 +174,7 @@ class _CUDALauncher(launching.Launcher):
                 kinds.append("ranged_half")  # a Python float: range-checked, then its bits
             elif r is np.float16:
                 kinds.append("half")
-            elif issubclass(t, WeakScalar) and _params.range_of(resolve_weak(t, r)) is not None:
+            elif issubclass(t, WeakScalar) and weak_range(resolve_weak(t, r)) is not None:
                 namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _bounds(r)
                 kinds.append("ranged")
             else:

@@ -18,11 +18,11 @@ import numpy as np
 
 from ...launching import REQUIRED
 from ...locks import new_lock
-from ...types import Struct, describe_parameter, weak_overflow, weak_range
+from ...types import Struct, describe_parameter, weak_overflow
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
 from ._types import param_ctype
 
-__all__ = ["ParamBuffer", "dim3", "field_ctype", "namespace", "pool", "range_of"]
+__all__ = ["ParamBuffer", "dim3", "field_ctype", "namespace", "pool"]
 
 
 class ParamBuffer:
@@ -133,10 +133,6 @@ def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> Non
         f"launching kernel {linked.name} with grid={grid!r}, block={block!r}, "
         f"shared_mem={shared_mem!r} in {linked.context!r}",
     )
-
-
-#: the range a Python scalar must be in for a parameter of type ``t`` (the core's)
-range_of = weak_range
 
 
 _pools: dict[tuple[type, ...], list[ParamBuffer]] = {}
