@@ -15,8 +15,6 @@ from ...locks import new_lock
 from ...types import DeviceArray, EltypeT_co
 from ._driver import Context, check, current_context, driver, pushed
 
-__all__ = ["Array", "CuArray", "argtypes", "array_type", "cuarray_class", "device_pointer"]
-
 #: numpy kinds an element type may have (bool, signed, unsigned, float, complex)
 ELEMENT_KINDS = "biufc"
 

@@ -18,14 +18,6 @@ from ._program import CUDAArtifact, compile_program
 from ._ptx import check_parameters
 from ._source import kernel_program
 
-__all__ = [
-    "BACKEND",
-    "COMPILER_KWARGS",
-    "CUDABackend",
-    "compiler_config",
-    "device_arch",
-]
-
 _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)\Z")
 _UNDEFINED = re.compile(r'identifier "([A-Za-z_]\w*)" is undefined')
 

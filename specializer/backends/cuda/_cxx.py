@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["kernel_names", "mangled_parameters"]
-
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _ATTRIBUTES = re.compile(r"__(?:launch_bounds|cluster_dims|maxnreg)__\s*\([^)]*\)")
 _GLOBAL_DECL = re.compile(r"([^;{}]*?)\b__global__\b([^;{}(]*?)\b([A-Za-z_]\w*)\s*\(")

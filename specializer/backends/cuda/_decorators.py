@@ -7,9 +7,6 @@ from ...types import Struct, WeakScalar
 from ._array import Array
 from ._types import typeof
 
-__all__ = ["capture", "device", "kernel", "typeof"]
-
-
 _definitions = Definitions(
     typeof,
     "specializer.backends.cuda",

@@ -15,8 +15,6 @@ from typing import Any
 
 from ... import diskcache
 
-__all__ = ["cache_dir", "key_of", "load", "store"]
-
 _MAGIC = b"specializer nvrtc cache 2\n"
 _LEN = struct.Struct("<Q")
 _SUFFIX = ".nvrtc"

@@ -26,26 +26,6 @@ except ImportError as e:  # pragma: no cover - the cuda extra is installed where
         f"(importing cuda.bindings failed: {e})"
     ) from e
 
-__all__ = [
-    "DEFAULT_STREAM",
-    "CUDAError",
-    "CUDAUnavailableError",
-    "Context",
-    "Stream",
-    "available",
-    "check",
-    "current_context",
-    "current_key",
-    "device_count",
-    "local",
-    "max_cooperative_blocks",
-    "pushed",
-    "require",
-    "stream_handle",
-    "synchronize",
-    "unavailable_reason",
-]
-
 
 class CUDAUnavailableError(RuntimeError):
     """No usable CUDA driver or GPU; the message names what is missing. Compiling to PTX

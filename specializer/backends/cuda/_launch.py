@@ -18,7 +18,7 @@ from . import _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
-from ._decorators import _definitions, capture, device, kernel, typeof
+from ._decorators import _definitions
 from ._driver import (
     Context,
     ContextKey,
@@ -28,19 +28,6 @@ from ._driver import (
     local,
 )
 from ._module import LinkedKernel, launch_cooperative
-
-__all__ = [
-    "LAUNCH_OPTIONS",
-    "HostKernel",
-    "capture",
-    "code_ptx",
-    "cufunction",
-    "device",
-    "kernel",
-    "launch",
-    "typeof",
-]
-
 
 #: launch options, in order, as launch and a HostKernel call take them
 LAUNCH_OPTIONS = ("grid", "block", "stream", "shared_mem", "cooperative")

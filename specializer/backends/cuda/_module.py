@@ -18,8 +18,6 @@ from ._nvrtc import nvrtc_version
 from ._program import CUDAArtifact
 from ._ptx import ptx_globals
 
-__all__ = ["LinkedKernel", "launch_cooperative", "load"]
-
 _Dim3 = tuple[int, int, int]
 
 

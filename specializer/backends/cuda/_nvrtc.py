@@ -14,8 +14,6 @@ except ImportError as e:  # pragma: no cover - the cuda extra is installed where
         f"the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' ({e})"
     ) from e
 
-__all__ = ["NVRTCError", "nvrtc_check", "nvrtc_version", "supported_archs", "version_str"]
-
 
 class NVRTCError(CompileError):
     """CUDA C++ that NVRTC does not compile: the message names the kernel and the options, and

@@ -22,8 +22,6 @@ from ...types import Struct, describe_parameter, weak_overflow
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
 from ._types import param_ctype
 
-__all__ = ["ParamBuffer", "dim3", "field_ctype", "namespace", "pool"]
-
 
 class ParamBuffer:
     """The parameters of one kernel signature: ``values``, a ctypes structure with field

@@ -28,15 +28,6 @@ from ._toolkit import (
     toolkit_include_dirs,
 )
 
-__all__ = [
-    "CUDAArtifact",
-    "NVRTCResult",
-    "compile_program",
-    "included_digest",
-    "nvrtc_compile",
-    "nvrtc_compiles",
-]
-
 
 @dataclass(frozen=True)
 class CUDAArtifact:

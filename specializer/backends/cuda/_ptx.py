@@ -14,8 +14,6 @@ from ._array import Array
 from ._cxx import mangled_parameters
 from ._params import struct_dtype
 
-__all__ = ["check_parameters", "ptx_globals", "ptx_parameters"]
-
 _PTX_PARAM = re.compile(
     r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z])(\d+)((?:\s+\.\w+)*)(?:\s+\.align\s+\d+)?"
     r"\s+[\w$]+\s*(?:\[(\d+)\])?"

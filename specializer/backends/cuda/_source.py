@@ -12,8 +12,6 @@ from ...compiler import CompileError, CompilerJob
 from ...sources import KernelSource as _KernelSource
 from ...sources import method_options
 
-__all__ = ["KernelSource", "Program", "kernel_program"]
-
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 

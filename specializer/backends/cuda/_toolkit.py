@@ -16,13 +16,6 @@ from ._nvrtc import nvrtc_version, version_str
 
 import_before_fork("cuda.pathfinder")  # imported at the first compile (_locate): see locks
 
-__all__ = [
-    "headers_cuda_version",
-    "headers_fingerprint",
-    "install_hint",
-    "missing_header_hint",
-    "toolkit_include_dirs",
-]
 
 #: The toolkit's header directories NVRTC is given: what each holds, the file that shows it.
 _HEADER_KINDS = {

@@ -25,16 +25,6 @@ from ._array import (
 )
 from ._driver import available, current_context
 
-__all__ = [
-    "ACCEPTED",
-    "ctype",
-    "half_bits",
-    "numpy_base",
-    "param_ctype",
-    "struct_type",
-    "typeof",
-]
-
 # (numpy kind, item size) -> (CUDA C spelling, ctypes type of the kernel parameter)
 _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
     ("b", 1): ("bool", ctypes.c_bool),
