@@ -25,8 +25,7 @@ class Array(DeviceArray[EltypeT_co]):
 
 
 def array_type(dtype: Any) -> type[Array[Any]]:
-    """``Array[dtype]``, for an element type a kernel can take through a pointer (numeric or
-    bool, in native byte order: another byte order is a ``ValueError``)."""
+    """``Array[dtype]`` for a numeric or bool dtype (another byte order is a ``ValueError``)."""
     dt = np.dtype(dtype)
     if dt.kind not in ELEMENT_KINDS or dt.fields is not None:
         raise TypeError(f"a device array's element type is a numeric or bool dtype, got {dt}")

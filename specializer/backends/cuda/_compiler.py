@@ -103,8 +103,7 @@ def _check_arch(arch: Any) -> str:
 
 
 def device_arch(ctx: Context) -> str:
-    """The architecture to compile for on ``ctx``'s device: its own ``sm_XX`` when NVRTC
-    knows it, PTX for the newest NVRTC knows when the device is newer still."""
+    """``ctx``'s device's ``sm_XX`` if NVRTC knows it, else PTX for the newest it knows."""
     cc = ctx.capability[0] * 10 + ctx.capability[1]
     supported = supported_archs()
     if cc in supported:
@@ -120,8 +119,7 @@ def device_arch(ctx: Context) -> str:
 
 
 def compiler_config(kwargs: tuple[tuple[str, Any], ...], context: Context | None) -> CompilerConfig:
-    """The config of compiler keyword arguments (sorted ``(name, value)`` pairs); the
-    architecture comes from ``context``'s device unless ``arch`` is given."""
+    """The config of sorted ``(name, value)`` compiler kwargs; ``arch`` defaults to the device's."""
     kw = dict(kwargs)
     unknown = sorted(set(kw) - set(COMPILER_KWARGS))
     if unknown:

@@ -13,8 +13,7 @@ _GLOBAL_DECL = re.compile(r"([^;{}]*?)\b__global__\b([^;{}(]*?)\b([A-Za-z_]\w*)\
 
 
 def kernel_names(source: str) -> list[str]:
-    """The non-template ``__global__`` functions ``source`` defines at file scope under one
-    name only: the name expressions that can be compiled along with any other."""
+    """The non-template, non-overloaded ``__global__`` functions at ``source``'s file scope."""
     text = _ATTRIBUTES.sub(" ", _COMMENTS.sub(" ", source))
     text = re.sub(r"^[ \t]*#[^\n]*", " ", text, flags=re.M)  # preprocessor lines
     # blocks but extern "C" { ... }: a kernel inside is not at file scope, or not a definition
@@ -163,8 +162,7 @@ class _Mangled:
 
 
 def mangled_parameters(mangled: str) -> list[str] | None:
-    """The C++ parameter types of the entry ``mangled`` (``_Z...``), or None where its name
-    is not mangled or not read (the entry's pointers then go unchecked)."""
+    """The C++ parameter types of entry ``mangled``, or None where it is not mangled or read."""
     try:
         return _Mangled(mangled).params() if mangled.startswith("_Z") else None
     except (ValueError, IndexError):

@@ -58,8 +58,7 @@ def _decode(key: str, body: bytes) -> dict[str, Any] | None:
 
 
 def load(key: str) -> dict[str, Any] | None:
-    """The entry of ``key`` (``ptx``, ``cubin``, ``lowered``, ``log``), or ``None`` (off, missing,
-    not private, unreadable or corrupt)."""
+    """The entry of ``key`` (``ptx``, ``cubin``, ``lowered``, ``log``), or ``None``."""
     d = diskcache.private_dir("cuda", create=False)
     if d is None:
         return None

@@ -49,10 +49,9 @@ class CUDAError(RuntimeError):
 
 
 def check(result: tuple[Any, ...], call: str, detail: str = "") -> Any:
-    """The value(s) of a ``cuda.bindings.driver`` call's ``(CUresult, *values)``; raises
-    :class:`CUDAError` naming ``call`` unless the result is ``CUDA_SUCCESS``."""
+    """The value(s) of a driver call's ``(CUresult, *values)``, or a :class:`CUDAError`."""
     err = result[0]
-    if err:  # CUresult is an int enum; CUDA_SUCCESS is 0
+    if err:  # CUDA_SUCCESS is 0
         raise CUDAError(call, err, detail)
     if len(result) == 2:
         return result[1]

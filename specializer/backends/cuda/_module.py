@@ -1,8 +1,5 @@
-"""Modules loaded into contexts, and the kernels got from them.
-
-:func:`load` loads a kernel's cubin (or PTX) into one context, once per NVRTC program
-there, and gets the function as a :class:`LinkedKernel`, what ``cufunction`` caches.
-"""
+"""Modules loaded into contexts (once per NVRTC program and context), and the kernels got from
+them as :class:`LinkedKernel`, what ``cufunction`` caches."""
 
 from __future__ import annotations
 
@@ -133,8 +130,7 @@ class LinkedKernel:
     def _copy(
         self, name: str, a: np.ndarray, article: str, to_device: bool, where: Any = None
     ) -> None:
-        """Copy host array ``a`` to (or from) the module's variable ``name``, which must have
-        its size, between two waits for the work queued in the context."""
+        """Copy host array ``a`` to (or from) variable ``name`` of its size, between two waits."""
         ptr, size = where or self.get_global(name)
         if a.nbytes != size:
             raise ValueError(
@@ -162,9 +158,8 @@ class LinkedKernel:
 def launch_cooperative(
     linked: LinkedKernel, grid: _Dim3, block: _Dim3, shared_mem: int, stream: Any, params: Any
 ) -> None:
-    """Launch ``linked`` with ``cuLaunchCooperativeKernel`` (its blocks may sync grid-wide);
-    ``params`` is the address of the ``void*`` parameter array. A grid larger than the device
-    holds at once is a ``ValueError`` naming both sizes, before anything is launched."""
+    """Launch with ``cuLaunchCooperativeKernel`` (grid-wide sync); ``params`` is the ``void*``
+    array's address. A grid larger than can be resident at once is a ``ValueError`` first."""
     context = linked.context
     blocks = grid[0] * grid[1] * grid[2]
     threads = block[0] * block[1] * block[2]
@@ -196,8 +191,7 @@ def load(
     """Load ``artifact`` into ``context`` once per NVRTC program; the kernel's function."""
     image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
     detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"
-    # one module per program and context: the kernels of one source share it (and its
-    # __constant__ and __device__ variables), as they share the NVRTC program
+    # the kernels of one program share its module (and variables) in each context
     loaded = _modules.setdefault(token, {})
     with pushed(context):
         module = loaded.get(artifact.program) if artifact.program else None

@@ -84,8 +84,7 @@ _struct_ctypes: dict[np.dtype, type] = {}
 
 
 def field_ctype(t: type) -> type:
-    """The ctypes type of a parameter of argument type ``t``: a struct's bytes in a union with
-    a carrier of its alignment, else ``param_ctype``'s."""
+    """A parameter's ctypes type: a struct's bytes in a union with a carrier of its alignment."""
     if isinstance(t, type) and issubclass(t, Struct):
         dt = struct_dtype(t)
         ct = _struct_ctypes.get(dt)

@@ -47,8 +47,7 @@ class CUDAArtifact:
 
 @dataclass(frozen=True)
 class NVRTCResult:
-    """One NVRTC compilation: PTX, cubin, each name expression's lowered name, log, options,
-    and whether it came from the disk cache."""
+    """One NVRTC compilation's outputs, and whether it came from the disk cache."""
 
     ptx: str
     cubin: bytes | None
@@ -191,8 +190,7 @@ def _run_nvrtc(
     opts: tuple[str, ...],
     detail: str,
 ) -> tuple[Any, str, tuple[str, bytes | None, dict[str, str]] | None]:
-    """One run of NVRTC's compiler: (its result, its log, and when it compiled: the PTX, the
-    cubin for an ``sm_XX`` target and the lowered name of each name expression)."""
+    """One run of NVRTC: (result, log, and when it compiled (PTX, cubin, lowered names))."""
     global _compiles
     prog = nvrtc_check(
         nvrtc.nvrtcCreateProgram(

@@ -22,9 +22,8 @@ _KIND_NAMES = {"f": "floating-point", "i": "integer", "ptr": "pointer", "bytes":
 
 
 def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
-    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` ``lowered``, kind
-    ``"f"``, ``"i"``, ``"ptr"`` (``.u64 .ptr``) or ``"bytes"`` (a struct, a ``__half``); None
-    when the entry is not found."""
+    """(kind ``f``/``i``/``ptr``/``bytes``, size, PTX spelling) of each parameter of ``.entry
+    lowered``; None when the entry is not found."""
     m = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\(([^)]*)\)", ptx)
     if m is None:
         return None
@@ -121,8 +120,7 @@ _CUDA_VECTOR = re.compile(r"(\w+?)[1-4]")  # vector_types.h: float4, uchar2, lon
 
 
 def _pointee(spelled: str) -> tuple[str, int] | None:
-    """The (kind, size) of each value a pointer parameter of C++ type ``spelled`` points at;
-    None for another parameter, ``void *``, a struct or a type not known here."""
+    """The (kind, size) of what a pointer of C++ type ``spelled`` points at, if known."""
     if not spelled.endswith("*"):
         return None
     name = " ".join(w for w in spelled[:-1].split() if w not in ("const", "volatile"))
@@ -131,8 +129,7 @@ def _pointee(spelled: str) -> tuple[str, int] | None:
 
 
 def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
-    """The (kind, size) of each value of an array of ``dtype``: its scalar's, a complex's
-    float, a struct's when its fields are all of one; None for a struct of mixed fields."""
+    """The (kind, size) of an array's elements (a complex's float, a uniform struct's field)."""
     if dtype.subdtype is not None:
         return _array_element(dtype.subdtype[0])
     if dtype.names is not None and dtype.fields is not None:
@@ -152,7 +149,6 @@ _TOOLKIT_GLOBALS = ("_ZN4cuda", "_ZN3cub", "_ZN6thrust", "_ZN18cooperative_group
 
 
 def ptx_globals(ptx: str) -> list[str]:
-    """The names of the ``__constant__`` and ``__device__`` variables a PTX module declares,
-    in order, without the toolkit headers' own and those internal to the file."""
+    """The ``__constant__`` and ``__device__`` variables a PTX module declares (not toolkit's)."""
     names = dict.fromkeys(_PTX_GLOBAL.findall(ptx))
     return [n for n in names if not n.startswith(_TOOLKIT_GLOBALS) and "_INTERNAL_" not in n]

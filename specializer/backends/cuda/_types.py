@@ -76,8 +76,7 @@ def numpy_base(cls: type) -> type[np.generic] | None:
 
 
 def half_bits(value: Any) -> int:
-    """The 16 bits of ``value`` as an IEEE half (``np.float16``): what a ``__half`` kernel
-    parameter's field holds."""
+    """The 16 bits of ``value`` as an IEEE half: what a ``__half`` parameter's field holds."""
     return int(np.float16(value).view(np.uint16))
 
 
@@ -94,8 +93,7 @@ ACCEPTED = (
 
 
 def struct_type(dtype: np.dtype) -> type:
-    """``Struct[dtype]`` for a struct passed by value; a field in another byte order than
-    the device's is a ``ValueError``, as for an array of it."""
+    """``Struct[dtype]`` for a struct by value (a ``ValueError`` if not in native byte order)."""
     if not dtype.isnative:
         raise ValueError(
             f"cannot pass a struct of dtype {dtype} by value: a field is not in native byte "
@@ -272,8 +270,7 @@ def ctype(t: Any) -> str:
 
 
 def param_ctype(t: type) -> type:
-    """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays;
-    ``c_uint16`` for ``np.float16``, holding :func:`half_bits` of the value)."""
+    """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays)."""
     if isinstance(t, type) and issubclass(t, Array):
         return ctypes.c_uint64
     abi = _abi(t) if isinstance(t, type) and issubclass(t, np.generic) else None
