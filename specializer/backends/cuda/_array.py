@@ -13,7 +13,7 @@ import numpy as np
 
 from ...locks import new_lock
 from ...types import DeviceArray, EltypeT_co
-from ._driver import Context, check, current_context, driver, pushed
+from ._driver import Context, check, current_context, driver, pushed, release
 
 #: numpy kinds an element type may have (bool, signed, unsigned, float, complex)
 ELEMENT_KINDS = "biufc"
@@ -126,15 +126,6 @@ def is_cuda_core(value: Any, name: str) -> bool:
     return cls.__name__ == name and cls.__module__.startswith("cuda.core")
 
 
-def _free(ptr: int, ctx: Context) -> None:
-    if ctx.alive:  # a destroyed context freed it; the address may belong to someone else now
-        try:
-            with pushed(ctx):
-                driver.cuMemFree(ptr)
-        except Exception:  # a finalizer cannot report
-            pass
-
-
 def _shape(shape: Any) -> tuple[int, ...]:
     t = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
     try:
@@ -173,7 +164,7 @@ class CuArray:
             with pushed(context):
                 alloc = driver.cuMemAlloc(self.nbytes)
                 self.ptr = int(check(alloc, "cuMemAlloc", f"allocating {self.nbytes} bytes"))
-            weakref.finalize(self, _free, self.ptr, context)
+            weakref.finalize(self, release, driver.cuMemFree, self.ptr, context)
 
     @classmethod
     def from_numpy(cls, host: Any, *, context: Context | None = None) -> CuArray:

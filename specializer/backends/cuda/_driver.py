@@ -370,11 +370,13 @@ def synchronize() -> None:
 # -- streams -----------------------------------------------------------------------------
 
 
-def _destroy_stream(handle: Any, ctx: Context) -> None:
+def release(call: Callable[[Any], Any], handle: Any, ctx: Context) -> None:
+    """A finalizer: ``call(handle)`` in ``ctx``, unless the context is gone (that freed it, and
+    the handle may be someone else's now)."""
     if ctx.alive:
         try:
             with pushed(ctx):
-                driver.cuStreamDestroy(handle)
+                call(handle)
         except Exception:  # a finalizer cannot report
             pass
 
@@ -392,7 +394,7 @@ class Stream:
                 driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING),
                 "cuStreamCreate",
             )
-        weakref.finalize(self, _destroy_stream, self.handle, self.context)
+        weakref.finalize(self, release, driver.cuStreamDestroy, self.handle, self.context)
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream."""

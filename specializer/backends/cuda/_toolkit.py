@@ -63,10 +63,9 @@ def _locate(kind: str) -> _HeaderDir:
 
 @functools.cache
 def _header_dirs() -> tuple[_HeaderDir, ...]:
-    dirs = [_locate(kind) for kind in _HEADER_KINDS]
     seen: set[str] = set()
     out = []
-    for d in dirs:  # cudart and cccl may be one directory (CUDA 12's include)
+    for d in map(_locate, _HEADER_KINDS):  # cudart and cccl may be one directory (CUDA 12's)
         key = os.path.realpath(d.path) if d.path else d.kind
         out.append(d if key not in seen else _HeaderDir(d.kind, d.path, d.found_via + ", shared"))
         seen.add(key)
@@ -75,11 +74,7 @@ def _header_dirs() -> tuple[_HeaderDir, ...]:
 
 def toolkit_include_dirs() -> tuple[str, ...]:
     """The runtime's and CCCL's header directories every compilation gets (found once)."""
-    out: list[str] = []
-    for d in _header_dirs():
-        if d.path and d.path not in out:
-            out.append(d.path)
-    return tuple(out)
+    return tuple(dict.fromkeys(d.path for d in _header_dirs() if d.path))
 
 
 @functools.cache
