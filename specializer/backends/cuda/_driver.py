@@ -146,6 +146,11 @@ def check_use() -> None:
 on_forget: list[Callable[[ContextKey], None]] = []
 
 
+def context_gone(detail: str) -> CUDAError:
+    """The error of a use of a context that is destroyed or collected."""
+    return CUDAError("using a context", driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED, detail)
+
+
 def _device(ordinal: int) -> Any:
     require()
     check_use()  # every context is made on a device from here
@@ -312,11 +317,7 @@ class Context:
 
     def _check_alive(self) -> None:
         if not self.alive:
-            raise CUDAError(
-                "using a context",
-                driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                f"{self!r} was destroyed",
-            )
+            raise context_gone(f"{self!r} was destroyed")
 
     def __repr__(self) -> str:
         kind = "primary context" if self.is_primary else "context"

@@ -19,14 +19,7 @@ from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
 from ._decorators import _definitions
-from ._driver import (
-    Context,
-    ContextKey,
-    Stream,
-    current_context,
-    current_key,
-    local,
-)
+from ._driver import Context, ContextKey, Stream, current_context, current_key, local
 from ._module import LinkedKernel, launch_cooperative
 
 #: launch options, in order, as launch and a HostKernel call take them
@@ -222,18 +215,12 @@ def cufunction(
 
 
 def code_ptx(
-    f: Any,
-    tt: tuple[type, ...] = (),
-    *,
-    arch: str | None = None,
-    **compiler_kwargs: Any,
+    f: Any, tt: tuple[type, ...] = (), *, arch: str | None = None, **compiler_kwargs: Any
 ) -> str:
     """The PTX of ``f`` for argument types ``tt`` (the ``@device_code_ptx`` analog). With
     ``arch`` (``"sm_90"``, ...) it needs no GPU; without, it targets the current device."""
-    ctx = None
-    if arch is None:
-        ctx = current_context()
-    else:
+    ctx = current_context() if arch is None else None
+    if arch is not None:
         compiler_kwargs["arch"] = arch
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = _definitions.kernel_type(f)

@@ -69,11 +69,7 @@ class LinkedKernel:
         """The context it was loaded into (a :class:`CUDAError` once that is gone)."""
         ctx = self.token.context()
         if ctx is None:
-            raise CUDAError(
-                "using a context",
-                driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                f"the context kernel {self.name} was loaded into is gone",
-            )
+            raise _driver.context_gone(f"the context kernel {self.name} was loaded into is gone")
         return ctx
 
     def get_global(self, name: str) -> tuple[int, int]:

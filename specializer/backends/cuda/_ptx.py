@@ -141,8 +141,7 @@ def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
 
 
 _PTX_GLOBAL = re.compile(
-    r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)",
-    re.M,
+    r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M
 )
 #: the mangled prefixes of the toolkit headers' own variables (CCCL, cooperative groups)
 _TOOLKIT_GLOBALS = ("_ZN4cuda", "_ZN3cub", "_ZN6thrust", "_ZN18cooperative_groups", "_ZN2nv")

@@ -191,10 +191,8 @@ def _view_type(v: Any) -> type:
     if getattr(v, "device_id", None) is not None and v.device_id >= 0:
         _check_device(v, v.device_id)
     dtype = np.dtype(v.dtype)
-    shape = tuple(v.shape)
     strides = None if v.strides is None else tuple(s * dtype.itemsize for s in v.strides)
-    cai = {"typestr": dtype.str, "shape": shape, "strides": strides}
-    return _cai_type(v, cai)
+    return _cai_type(v, {"typestr": dtype.str, "shape": tuple(v.shape), "strides": strides})
 
 
 def _cai_type(value: Any, cai: Any) -> type:
