@@ -1,8 +1,6 @@
-"""Device arrays: the ``Array[T]`` argument types, :class:`CuArray` (the back-end's own, one
-class per element type so a front entry checks it by class), and the readers of foreign arrays:
-``reader(value, typestr)`` is the device pointer of a C-contiguous, unmasked value of element
-type ``typestr``, else None (the slow path).
-"""
+"""Device arrays: ``Array[T]``, :class:`CuArray` (one class per element type, checked by class),
+and foreign arrays' readers: ``reader(value, typestr)`` is the device pointer of a C-contiguous,
+unmasked value of element type ``typestr``, else None (the slow path)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""What the back-end reads of C++ without compiling it: the kernels a source defines (compiled
-into one program) and a mangled entry's parameter types (what its pointers point at, which PTX
-does not say).
+"""What is read of C++ without compiling it: the kernels a source defines (compiled into one
+program) and a mangled entry's parameter types (what its pointers point at: PTX does not say).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """NVRTC's output on disk, shared by every process of the user (:mod:`specializer.diskcache`).
 
-An entry (``<key>.nvrtc``) holds PTX, cubin, lowered names and log; its key is a SHA-256 over
-all that decides them and nothing else (no world, kernel or handle), so it is right in any
-process. It never makes a compilation fail.
+An entry holds PTX, cubin, lowered names and log, keyed by a SHA-256 of all that decides them
+and nothing else (no world, kernel or handle), so it is right in any process.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """The CUDA driver: one lazy probe, errors that say what is missing, contexts and streams.
 
-Each thread's current context is read with one thread-local load (``cuCtxGetCurrent`` costs
-more than the rest of a cached lookup); a context created again is a new cache key.
+A launch reads the thread's context with one thread-local load, not ``cuCtxGetCurrent``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""The cached lookup (``cufunction``, keyed by current context and compiler kwargs), the launch
-(the ``@cuda`` analog) and ``code_ptx``, over the core's launch path (:mod:`specializer.launching`,
-generated per signature from ``templates/cuda_entry.py.j2``).
+"""``cufunction`` (keyed by current context and compiler kwargs), ``launch`` and ``code_ptx``,
+over the core's launch path generated per signature from ``templates/cuda_entry.py.j2``.
 """
 
 from __future__ import annotations

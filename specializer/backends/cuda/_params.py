@@ -1,6 +1,5 @@
-"""Kernel parameters laid out once per signature (a ctypes structure and the ``void*`` array of
-its fields' addresses), so a launch stores each argument and passes one int to ``cuLaunchKernel``
-instead of cuda.bindings building two C arrays per call.
+"""Kernel parameters laid out once per signature (a ctypes structure, the ``void*`` array of its
+fields' addresses): a launch stores each argument and passes one int to ``cuLaunchKernel``.
 
 A buffer must not change while the driver reads it (``cuLaunchKernel`` runs without the GIL):
 each launch takes one from its signature's pool (``list.pop``, atomic) and gives it back, so

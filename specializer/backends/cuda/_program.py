@@ -1,7 +1,6 @@
 """NVRTC programs: one compilation, kept on disk, and the programs the kernels of a source share.
 
-An ``sm_XX`` target also makes the cubin that gets loaded, so the driver never JITs PTX newer
-than it knows. Failures are :class:`~specializer.CompileError` with NVRTC's log and hints.
+An ``sm_XX`` target also makes the cubin that gets loaded: the driver never JITs newer PTX.
 """
 
 from __future__ import annotations
@@ -144,7 +143,12 @@ def nvrtc_compile(
     name of each of ``expressions`` (``"reduce2<float>"``), asking the disk cache first.
     ``headers`` are ``(include name, text)``; ``included`` is :func:`included_digest`'s."""
     label = f"kernel {kernel}" if kernel else "a CUDA program"
-    _check_no_nul(label, source, headers)
+    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
+        if "\0" in text:  # NVRTC reads C strings
+            raise CompileError(
+                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
+                f"NVRTC would compile it cut short there; remove it"
+            )
     opts = (
         f"--gpu-architecture={arch}",
         *options,
@@ -169,16 +173,6 @@ def nvrtc_compile(
     if on_disk:
         _diskcache.store(key, ptx, cubin, lowered, log)
     return NVRTCResult(ptx, cubin, lowered, log, opts)
-
-
-def _check_no_nul(label: str, source: str, headers: tuple[tuple[str, str], ...]) -> None:
-    """A ``CompileError`` for a NUL in the source or a header: NVRTC reads C strings."""
-    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
-        if "\0" in text:
-            raise CompileError(
-                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
-                f"NVRTC would compile it cut short there; remove it"
-            )
 
 
 def _run_nvrtc(
