@@ -25,6 +25,7 @@ code, contexts as keys, foreign arrays, the launch's parameter buffers, the laye
 from ...types import Struct
 from ._array import Array, CuArray
 from ._compiler import BACKEND, COMPILER_KWARGS, CUDABackend
+from ._decorators import capture, device, kernel
 from ._driver import (
     Context,
     CUDAError,
@@ -36,22 +37,12 @@ from ._driver import (
     synchronize,
     unavailable_reason,
 )
-from ._launch import (
-    LAUNCH_OPTIONS,
-    HostKernel,
-    capture,
-    code_ptx,
-    cufunction,
-    device,
-    kernel,
-    launch,
-    typeof,
-)
+from ._launch import LAUNCH_OPTIONS, HostKernel, code_ptx, cufunction, launch
 from ._module import LinkedKernel
 from ._nvrtc import NVRTCError, supported_archs
 from ._program import CUDAArtifact
 from ._source import KernelSource
-from ._types import ctype
+from ._types import ctype, typeof
 
 __all__ = [
     "BACKEND",

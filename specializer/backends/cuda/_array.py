@@ -1,16 +1,6 @@
-"""Device arrays: the ``Array[T]`` argument types and the back-end's own small array type.
-
-A kernel takes, as a device pointer dispatching as ``Array[dtype]``, any object with
-``__cuda_array_interface__`` (v2, v3), a DLPack array on a CUDA device (through cuda.core's
-``StridedMemoryView``), cuda.core's ``Buffer`` (``Array[np.uint8]``) and ``StridedMemoryView``,
-and :class:`CuArray`, the back-end's own small array (so its demo and tests need no other
-GPU library).
-
-A front entry checks a ``CuArray`` by its class (one per element type). Another library's
-class says nothing of the dtype, so once the slow path has typed one of its values, the
-class gets a reader in :data:`foreign`: ``reader(value, typestr)`` is the device pointer of
-a C-contiguous, unmasked value of element type ``typestr``, else None (the slow path).
-"""
+"""Device arrays: ``Array[T]``, :class:`CuArray` (one class per element type, checked by class),
+and foreign arrays' readers: ``reader(value, typestr)`` is the device pointer of a C-contiguous,
+unmasked value of element type ``typestr``, else None (the slow path)."""
 
 from __future__ import annotations
 
@@ -21,9 +11,7 @@ import numpy as np
 
 from ...locks import new_lock
 from ...types import DeviceArray, EltypeT_co
-from ._driver import Context, check, current_context, driver, pushed
-
-__all__ = ["Array", "CuArray", "argtypes", "array_type", "cuarray_class", "device_pointer"]
+from ._driver import Context, check, current_context, driver, pushed, release
 
 #: numpy kinds an element type may have (bool, signed, unsigned, float, complex)
 ELEMENT_KINDS = "biufc"
@@ -35,8 +23,7 @@ class Array(DeviceArray[EltypeT_co]):
 
 
 def array_type(dtype: Any) -> type[Array[Any]]:
-    """``Array[dtype]``, for an element type a kernel can take through a pointer (numeric or
-    bool, in native byte order: another byte order is a ``ValueError``)."""
+    """``Array[dtype]`` for a numeric or bool dtype (another byte order is a ``ValueError``)."""
     dt = np.dtype(dtype)
     if dt.kind not in ELEMENT_KINDS or dt.fields is not None:
         raise TypeError(f"a device array's element type is a numeric or bool dtype, got {dt}")
@@ -54,8 +41,7 @@ def _native(a: np.ndarray) -> np.ndarray:
     return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
-#: The argument type of each class of values that decides it (the scalar types, filled in by
-#: ``_types``, and each :class:`CuArray` class): ``typeof``'s fast path, one lookup.
+#: value class -> argument type (``_types``'s scalars, each CuArray class): typeof's fast path
 argtypes: dict[type, type] = {}
 
 _classes: dict[np.dtype, type] = {}
@@ -63,8 +49,7 @@ _classes_lock = new_lock(reentrant=False)
 
 
 def cuarray_class(dtype: Any) -> type[CuArray]:
-    """The class of the CuArrays of ``dtype``: one subclass of :class:`CuArray` per element
-    type, so that a value's class alone gives its argument type."""
+    """The :class:`CuArray` subclass of ``dtype``, so a value's class alone gives its type."""
     dt = np.dtype(dtype)
     cls = _classes.get(dt)
     if cls is None:
@@ -83,8 +68,7 @@ def cuarray_class(dtype: Any) -> type[CuArray]:
 
 
 def device_pointer(obj: Any) -> int:
-    """The device address of a foreign device array (typed by the slow path, so its class
-    has a reader) or of any object with ``__cuda_array_interface__``."""
+    """The device address of a foreign array: by its class's reader, else its CAI."""
     reader = None if obj.__class__ in cai_classes else foreign.get(obj.__class__)
     if reader is not None:
         ptr: int | None = reader(obj, None)
@@ -113,10 +97,9 @@ def _dlpack_pointer(a: Any, typestr: str | None) -> int | None:
     return _view_pointer(strided_view(a), typestr)
 
 
-#: the reader of each foreign array class the slow path has typed a value of, but those
-#: with __cuda_array_interface__: they are in cai_classes, read by the guard itself
+#: the reader of each foreign array class the slow path typed (but those in cai_classes)
 foreign: dict[type, Any] = {}
-#: the classes with __cuda_array_interface__ the slow path has typed a value of
+#: the classes with __cuda_array_interface__ the slow path typed (read by the guard itself)
 cai_classes: set[type] = set()
 
 #: DLPack's device types of CUDA memory a kernel can read: kDLCUDA, kDLCUDAHost, kDLCUDAManaged
@@ -139,15 +122,6 @@ def is_cuda_core(value: Any, name: str) -> bool:
     """Whether ``value`` is cuda.core's class ``name`` (without importing cuda.core)."""
     cls: type = value.__class__
     return cls.__name__ == name and cls.__module__.startswith("cuda.core")
-
-
-def _free(ptr: int, ctx: Context) -> None:
-    if ctx.alive:  # a destroyed context freed it; the address may belong to someone else now
-        try:
-            with pushed(ctx):
-                driver.cuMemFree(ptr)
-        except Exception:  # a finalizer cannot report
-            pass
 
 
 def _shape(shape: Any) -> tuple[int, ...]:
@@ -186,14 +160,9 @@ class CuArray:
         self.ptr = 0
         if self.nbytes:
             with pushed(context):
-                self.ptr = int(
-                    check(
-                        driver.cuMemAlloc(self.nbytes),
-                        "cuMemAlloc",
-                        f"allocating {self.nbytes} bytes",
-                    )
-                )
-            weakref.finalize(self, _free, self.ptr, context)
+                alloc = driver.cuMemAlloc(self.nbytes)
+                self.ptr = int(check(alloc, "cuMemAlloc", f"allocating {self.nbytes} bytes"))
+            weakref.finalize(self, release, driver.cuMemFree, self.ptr, context)
 
     @classmethod
     def from_numpy(cls, host: Any, *, context: Context | None = None) -> CuArray:

@@ -1,8 +1,5 @@
-"""The CUDA :class:`~specializer.Backend`: NVRTC compilation and per-context loading.
-
-``compile`` builds a job's program (:mod:`._source`) with NVRTC (:mod:`._program`), no GPU
-needed, and checks the kernel's parameters (:mod:`._ptx`); ``link`` loads it into one context
-(:mod:`._module`). The config, (architecture, NVRTC options), is :func:`compiler_config`'s.
+"""The CUDA :class:`~specializer.Backend`: NVRTC compilation (no GPU needed) and per-context
+loading; its config, (architecture, NVRTC options), is :func:`compiler_config`'s.
 """
 
 from __future__ import annotations
@@ -16,18 +13,10 @@ from ...sources import split_options
 from ._decorators import _definitions
 from ._driver import Context, ContextKey, CUDAError, driver
 from ._module import load
-from ._nvrtc import NVRTCError, nvrtc_version, supported_archs
+from ._nvrtc import NVRTCError, supported_archs, version_str
 from ._program import CUDAArtifact, compile_program
 from ._ptx import check_parameters
 from ._source import kernel_program
-
-__all__ = [
-    "BACKEND",
-    "COMPILER_KWARGS",
-    "CUDABackend",
-    "compiler_config",
-    "device_arch",
-]
 
 _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)\Z")
 _UNDEFINED = re.compile(r'identifier "([A-Za-z_]\w*)" is undefined')
@@ -47,17 +36,10 @@ class CUDABackend(Backend):
             if not hints:
                 raise
             raise NVRTCError(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
-        check_parameters(job.name, r.ptx, r.lowered[expression], job.mi.tt)
+        entry = r.lowered[expression]
+        check_parameters(job.name, r.ptx, entry, job.mi.tt)
         return CUDAArtifact(
-            program.source,
-            r.ptx,
-            r.cubin,
-            r.lowered[expression],
-            program.arch,
-            r.log,
-            expression,
-            r.options,
-            key,
+            program.source, r.ptx, r.cubin, entry, program.arch, r.log, expression, r.options, key
         )
 
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
@@ -73,12 +55,11 @@ class CUDABackend(Backend):
 
 
 def _callee_hints(log: str, job: CompilerJob) -> list[str]:
-    """For each name the log says is undefined that is a device function of this back-end
-    the job does not list in ``callees=``: a hint to add it."""
+    """A hint for each undefined name in the log that is a device function not in ``callees=``."""
     names = dict.fromkeys(_UNDEFINED.findall(log))
     if not names:
         return []
-    defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it, in order
+    defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it
     for gf in _definitions.device_functions():
         if gf.name in names:
             defined.setdefault(gf.name, {})[gf.__module__] = None
@@ -115,16 +96,14 @@ def _check_arch(arch: Any) -> str:
     supported = supported_archs()
     if m is None or int(m.group(2)) not in supported:
         raise ValueError(
-            f"arch={arch!r} is not an architecture NVRTC "
-            f"{'.'.join(map(str, nvrtc_version()))} compiles for; supported: "
+            f"arch={arch!r} is not an architecture NVRTC {version_str()} compiles for; supported: "
             f"{', '.join(f'sm_{a}' for a in supported)} (or compute_XX for PTX only)"
         )
     return arch
 
 
 def device_arch(ctx: Context) -> str:
-    """The architecture to compile for on ``ctx``'s device: its own ``sm_XX`` when NVRTC
-    knows it, PTX for the newest NVRTC knows when the device is newer still."""
+    """``ctx``'s device's ``sm_XX`` if NVRTC knows it, else PTX for the newest it knows."""
     cc = ctx.capability[0] * 10 + ctx.capability[1]
     supported = supported_archs()
     if cc in supported:
@@ -135,14 +114,12 @@ def device_arch(ctx: Context) -> str:
         "choosing an architecture",
         driver.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU,
         f"{ctx!r} has compute capability {ctx.capability[0]}.{ctx.capability[1]}, which NVRTC "
-        f"{'.'.join(map(str, nvrtc_version()))} no longer compiles for (oldest: "
-        f"sm_{min(supported)})",
+        f"{version_str()} no longer compiles for (oldest: sm_{min(supported)})",
     )
 
 
 def compiler_config(kwargs: tuple[tuple[str, Any], ...], context: Context | None) -> CompilerConfig:
-    """The config of compiler keyword arguments (sorted ``(name, value)`` pairs); the
-    architecture comes from ``context``'s device unless ``arch`` is given."""
+    """The config of sorted ``(name, value)`` compiler kwargs; ``arch`` defaults to the device's."""
     kw = dict(kwargs)
     unknown = sorted(set(kw) - set(COMPILER_KWARGS))
     if unknown:

@@ -1,17 +1,10 @@
-"""What the back-end reads of C++ without compiling it: the kernels a source defines, and the
-parameter types of a C++ entry's mangled name.
-
-:func:`kernel_names` gives the name expressions an NVRTC program is compiled with besides
-the one asked for, so the other kernels of a source reuse it (see :mod:`._program`).
-:func:`mangled_parameters` reads what a C++ kernel's pointer parameters point at, which its
-PTX does not say (see :func:`._ptx.check_parameters`).
+"""What is read of C++ without compiling it: the kernels a source defines (compiled into one
+program) and a mangled entry's parameter types (what its pointers point at: PTX does not say).
 """
 
 from __future__ import annotations
 
 import re
-
-__all__ = ["kernel_names", "mangled_parameters"]
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _ATTRIBUTES = re.compile(r"__(?:launch_bounds|cluster_dims|maxnreg)__\s*\([^)]*\)")
@@ -19,12 +12,10 @@ _GLOBAL_DECL = re.compile(r"([^;{}]*?)\b__global__\b([^;{}(]*?)\b([A-Za-z_]\w*)\
 
 
 def kernel_names(source: str) -> list[str]:
-    """The non-template ``__global__`` functions ``source`` defines at file scope under one
-    name only: the name expressions that can be compiled along with any other."""
+    """The non-template, non-overloaded ``__global__`` functions at ``source``'s file scope."""
     text = _ATTRIBUTES.sub(" ", _COMMENTS.sub(" ", source))
     text = re.sub(r"^[ \t]*#[^\n]*", " ", text, flags=re.M)  # preprocessor lines
-    # the start of each block that is not extern "C" { ... }: a kernel inside is not at file
-    # scope (a namespace's) or not a kernel definition at all
+    # blocks but extern "C" { ... }: a kernel inside is not at file scope, or not a definition
     inner: list[tuple[int, int]] = []
     stack: list[tuple[int, bool]] = []
     for m in re.finditer(r"[{}]", text):
@@ -170,8 +161,7 @@ class _Mangled:
 
 
 def mangled_parameters(mangled: str) -> list[str] | None:
-    """The C++ parameter types of the entry ``mangled`` (``_Z...``), or None where its name
-    is not mangled or not read (the entry's pointers then go unchecked)."""
+    """The C++ parameter types of entry ``mangled``, or None where it is not mangled or read."""
     try:
         return _Mangled(mangled).params() if mangled.startswith("_Z") else None
     except (ValueError, IndexError):

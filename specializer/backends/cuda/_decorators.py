@@ -1,41 +1,11 @@
-"""The definitions of the CUDA back-end: what a value dispatches as (``typeof``), and
-``@kernel``, ``@device`` and ``capture`` (the core's, with what CUDA's annotations take)."""
+"""The CUDA back-end's ``@kernel``, ``@device`` and ``capture`` (the core's), over ``typeof``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
-
-from ...kernels import Definitions, unsupported_argument
-from ...types import WEAK, Struct, WeakScalar, weak_type
-from . import _types
+from ...kernels import Definitions
+from ...types import Struct, WeakScalar
 from ._array import Array
-
-__all__ = ["capture", "device", "kernel", "typeof"]
-
-
-def typeof(value: Any) -> type:
-    """The argument type ``value`` dispatches as (SPEC section 8): Python ``int``/``float``/
-    ``bool`` are the weak ``Weak[int]``/``Weak[float]``/``Weak[bool]`` (they take the type the
-    method declares), numpy scalars their own type (a subclass its numpy base), numpy
-    structured scalars ``Struct[dtype]``, device arrays ``Array[dtype]``; anything else is a
-    ``TypeError``."""
-    t = WEAK.get(value.__class__)
-    if t is not None:
-        return t
-    if isinstance(value, np.void) or (
-        isinstance(value, np.ndarray) and value.size == 1 and value.dtype.names is not None
-    ):  # a struct by value: np.void, or a 0-d or one-element array (``rhs.view(double3)``)
-        if value.dtype.names is None:
-            raise unsupported_argument(value, _types.ACCEPTED)
-        return _types.struct_type(value.dtype)
-    if not isinstance(value, np.generic):  # a subclass of a Python scalar (an IntEnum, ...)
-        weak = weak_type(value)
-        if weak is not None:
-            return weak
-    return _types.typeof(value)
-
+from ._types import typeof
 
 _definitions = Definitions(
     typeof,

@@ -1,10 +1,7 @@
-"""NVRTC's output on disk, shared by every process of the user: compile once, not once per process.
+"""NVRTC's output on disk, shared by every process of the user (:mod:`specializer.diskcache`).
 
-An entry (``<key>.nvrtc``) holds the PTX, the cubin, each name expression's lowered name and
-NVRTC's log; its key is a SHA-256 over all that decides them (source, name expressions, every
-option, NVRTC's version, the toolkit headers' identity) and nothing else (no world, kernel or
-handle), so it is right in any process. Where it lives, how it is written, checked and evicted
-are :mod:`specializer.diskcache`'s. It never makes a compilation fail.
+An entry holds PTX, cubin, lowered names and log, keyed by a SHA-256 of all that decides them
+and nothing else (no world, kernel or handle), so it is right in any process.
 """
 
 from __future__ import annotations
@@ -16,8 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from ... import diskcache
-
-__all__ = ["cache_dir", "key_of", "load", "store"]
 
 _MAGIC = b"specializer nvrtc cache 2\n"
 _LEN = struct.Struct("<Q")
@@ -34,21 +29,6 @@ def key_of(parts: dict[str, Any]) -> str:
     """The key of a compilation: the SHA-256 (hex) of its parts in a canonical form."""
     blob = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _encode(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log: str) -> bytes:
-    ptx_b = ptx.encode()
-    meta = json.dumps(
-        {
-            "key": key,
-            "ptx": len(ptx_b),
-            "cubin": -1 if cubin is None else len(cubin),
-            "lowered": lowered,
-            "log": log,
-        },
-        sort_keys=True,
-    ).encode()
-    return b"".join((_MAGIC, _LEN.pack(len(meta)), meta, ptx_b, cubin or b""))
 
 
 def _decode(key: str, body: bytes) -> dict[str, Any] | None:
@@ -77,8 +57,7 @@ def _decode(key: str, body: bytes) -> dict[str, Any] | None:
 
 
 def load(key: str) -> dict[str, Any] | None:
-    """The entry of ``key`` (``ptx``, ``cubin``, ``lowered``, ``log``), or ``None`` (off, missing,
-    not private, unreadable or corrupt)."""
+    """The entry of ``key`` (``ptx``, ``cubin``, ``lowered``, ``log``), or ``None``."""
     d = diskcache.private_dir("cuda", create=False)
     if d is None:
         return None
@@ -96,4 +75,16 @@ def store(key: str, ptx: str, cubin: bytes | None, lowered: dict[str, str], log:
     d = diskcache.private_dir("cuda", create=True)
     if d is None:
         return False
-    return diskcache.write_entry(d, f"{key}{_SUFFIX}", _encode(key, ptx, cubin, lowered, log))
+    ptx_b = ptx.encode()
+    meta = json.dumps(
+        {
+            "key": key,
+            "ptx": len(ptx_b),
+            "cubin": -1 if cubin is None else len(cubin),
+            "lowered": lowered,
+            "log": log,
+        },
+        sort_keys=True,
+    ).encode()
+    entry = b"".join((_MAGIC, _LEN.pack(len(meta)), meta, ptx_b, cubin or b""))
+    return diskcache.write_entry(d, f"{key}{_SUFFIX}", entry)

@@ -1,9 +1,6 @@
-"""The CUDA driver: one probe for it, errors that say what is missing, contexts and streams.
+"""The CUDA driver: one lazy probe, errors that say what is missing, contexts and streams.
 
-Nothing touches the driver at import; the first call that needs it probes once. Each thread
-has a current context (CUDA.jl's task-local state), read by a launch with one thread-local
-load (``cuCtxGetCurrent`` costs more than the rest of a cached lookup). A :class:`Context`
-object is the cache key, so a context destroyed and created again misses.
+A launch reads the thread's context with one thread-local load, not ``cuCtxGetCurrent``.
 """
 
 from __future__ import annotations
@@ -28,27 +25,6 @@ except ImportError as e:  # pragma: no cover - the cuda extra is installed where
         f"(importing cuda.bindings failed: {e})"
     ) from e
 
-__all__ = [
-    "DEFAULT_STREAM",
-    "CUDAError",
-    "CUDAUnavailableError",
-    "Context",
-    "Stream",
-    "available",
-    "check",
-    "current_context",
-    "current_key",
-    "device_count",
-    "launch_cooperative",
-    "local",
-    "max_cooperative_blocks",
-    "pushed",
-    "require",
-    "stream_handle",
-    "synchronize",
-    "unavailable_reason",
-]
-
 
 class CUDAUnavailableError(RuntimeError):
     """No usable CUDA driver or GPU; the message names what is missing. Compiling to PTX
@@ -72,10 +48,9 @@ class CUDAError(RuntimeError):
 
 
 def check(result: tuple[Any, ...], call: str, detail: str = "") -> Any:
-    """The value(s) of a ``cuda.bindings.driver`` call's ``(CUresult, *values)``; raises
-    :class:`CUDAError` naming ``call`` unless the result is ``CUDA_SUCCESS``."""
+    """The value(s) of a driver call's ``(CUresult, *values)``, or a :class:`CUDAError`."""
     err = result[0]
-    if err:  # CUresult is an int enum; CUDA_SUCCESS is 0
+    if err:  # CUDA_SUCCESS is 0
         raise CUDAError(call, err, detail)
     if len(result) == 2:
         return result[1]
@@ -136,8 +111,7 @@ def device_count() -> int:
 
 
 class _Local(threading.local):
-    """Per-thread state: the current context, its ``key`` (read by every launch), and the
-    contexts ``with`` blocks replaced."""
+    """Per-thread: the current context, its ``key`` and the contexts ``with`` blocks replaced."""
 
     def __init__(self) -> None:
         self.context: Context | None = None
@@ -150,20 +124,15 @@ _lock = new_lock()
 _primaries: dict[int, Context] = {}
 
 
-#: what the fork error names (world.check_fork): the launcher's name for it, whose declaration
-#: of what a fork means (Launcher.fork_consequence) it then says
+#: what the fork error names (world.check_fork), as the launcher does
 FORK_WHAT = "specializer's cuda back-end"
-#: the process that used the device first (SPEC 9): a fork of it may not, a fork of any other
-#: process may (and is then the one that uses it)
+#: the process that used the device first (SPEC 9): a fork of it may not use it, others may
 _device_user: int | None = None
 
 
 def check_use() -> None:
-    """Run before each use of the device (every context, array, stream and copy comes through
-    it): record that this process uses the device, or raise the fork error in a fork of one
-    that did (SPEC 9). The record is this layer's own, the lowest that touches the device,
-    so nothing above is called: the launcher keeps one of its own for its launch paths, and
-    each refuses a fork of the process that used it."""
+    """Before each use of the device: record this process as its user, or raise the fork error
+    in a fork of the user (SPEC 9). The launcher keeps a record of its own for launches."""
     global _device_user
     pid = os.getpid()
     if _device_user is None:
@@ -172,9 +141,13 @@ def check_use() -> None:
         _world.check_fork(FORK_WHAT)
 
 
-#: Called, taking no lock, with a context's key when the context is gone, after the core
-#: forgot the lookups keyed by it (``_module`` appends the drop of its loaded modules).
+#: Called without a lock with the key of a context that is gone (``_module``'s drop of modules).
 on_forget: list[Callable[[ContextKey], None]] = []
+
+
+def context_gone(detail: str) -> CUDAError:
+    """The error of a use of a context that is destroyed or collected."""
+    return CUDAError("using a context", driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED, detail)
 
 
 def _device(ordinal: int) -> Any:
@@ -189,7 +162,6 @@ def _device(ordinal: int) -> Any:
 
 
 def _attribute(name: str, device: Any) -> int:
-    """The device attribute ``CU_DEVICE_ATTRIBUTE_<name>``."""
     which = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
     value: int = check(driver.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute")
     return value
@@ -204,9 +176,8 @@ def _create_context(dev: Any) -> Any:
 
 
 class ContextKey:
-    """What the caches key on for one :class:`Context` (its ``token``): compared by identity,
-    holding the context weakly. ``table`` is the context's where table
-    (:meth:`specializer.launching.Launcher.where_table`), emptied when the context is gone."""
+    """A :class:`Context`'s cache key (its ``token``): compared by identity, holding the context
+    weakly; ``table`` is its where table, emptied when the context is gone."""
 
     __slots__ = ("__weakref__", "name", "ref", "table")
 
@@ -216,7 +187,6 @@ class ContextKey:
         self.table: dict[Any, Any] = {}
 
     def context(self) -> Context | None:
-        """The context (None once it was collected)."""
         return self.ref()
 
     def __repr__(self) -> str:
@@ -224,17 +194,16 @@ class ContextKey:
 
 
 def _forget(token: ContextKey) -> None:
-    """A context is gone (destroyed or collected): what was loaded for it and the lookup
-    results keyed by it are dropped. Takes no lock (see launching.forget)."""
+    """Drop what was cached for a context that is gone. Takes no lock (see launching.forget)."""
     launching.forget(token)
     for hook in on_forget:
-        hook(token)  # the modules loaded into it (_module's)
-    token.table.clear()  # each launcher's table of its kernels' front entries
+        hook(token)
+    token.table.clear()
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:
-    """A Context object no one holds (its arrays, streams and HostKernels would): a context of
-    its own is destroyed with it, what was cached for it dropped. Raises nothing (a finalizer)."""
+    """A finalizer (raises nothing): a collected non-primary context is destroyed with its object
+    (its arrays, streams and HostKernels hold it), and what was cached for it dropped."""
     if alive[0] and not is_primary:
         alive[0] = False
         try:
@@ -264,15 +233,13 @@ class Context:
     )
 
     def __init__(self, handle: Any, device: Any, ordinal: int, is_primary: bool) -> None:
-        self.handle = handle  # a CUcontext
-        self.device = device  # a CUdevice
+        self.handle = handle
+        self.device = device
         self.ordinal = ordinal
         self.is_primary = is_primary
         self._alive = [True]  # shared with the finalizer
-        #: what caches key on for this context: it holds the context weakly
         self.token = ContextKey(self)
-        #: (token, ()): the lookup key of a launch in this context without compiler kwargs,
-        #: one object for every thread, so a cache entry's key is compared by identity
+        #: a launch's lookup key without compiler kwargs: one object, compared by identity
         self.key: tuple[ContextKey, tuple[()]] = (self.token, ())
         self._finalizer = weakref.finalize(
             self, _collected, self.token, handle, is_primary, self._alive
@@ -349,11 +316,7 @@ class Context:
 
     def _check_alive(self) -> None:
         if not self.alive:
-            raise CUDAError(
-                "using a context",
-                driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                f"{self!r} was destroyed",
-            )
+            raise context_gone(f"{self!r} was destroyed")
 
     def __repr__(self) -> str:
         kind = "primary context" if self.is_primary else "context"
@@ -388,8 +351,8 @@ def current_key() -> tuple[ContextKey, tuple[()]]:
 
 @contextmanager
 def pushed(ctx: Context) -> Iterator[None]:
-    """Make ``ctx`` the driver's current context for the block, on any thread, leaving the
-    thread's own current context as it was (for loads, copies and frees)."""
+    """Make ``ctx`` the driver's current context for the block, leaving the thread's own as it
+    was (for loads, copies and frees)."""
     check_use()
     ctx._check_alive()
     check(driver.cuCtxPushCurrent(ctx.handle), "cuCtxPushCurrent")
@@ -407,12 +370,14 @@ def synchronize() -> None:
 # -- streams -----------------------------------------------------------------------------
 
 
-def _destroy_stream(handle: Any, ctx: Context) -> None:
+def release(call: Callable[[Any], Any], handle: Any, ctx: Context) -> None:
+    """A finalizer: ``call(handle)`` in ``ctx``, unless the context is gone (that freed it, and
+    the handle may be someone else's now)."""
     if ctx.alive:
         try:
             with pushed(ctx):
-                driver.cuStreamDestroy(handle)
-        except Exception:  # a finalizer cannot report: the context may be going away
+                call(handle)
+        except Exception:  # a finalizer cannot report
             pass
 
 
@@ -429,7 +394,7 @@ class Stream:
                 driver.cuStreamCreate(driver.CUstream_flags.CU_STREAM_NON_BLOCKING),
                 "cuStreamCreate",
             )
-        weakref.finalize(self, _destroy_stream, self.handle, self.context)
+        weakref.finalize(self, release, driver.cuStreamDestroy, self.handle, self.context)
 
     def synchronize(self) -> None:
         """Wait for the work queued on this stream."""
@@ -462,9 +427,6 @@ def stream_handle(stream: Any) -> Any:
         f"handle, a CuPy stream or an object with __cuda_stream__ (cuda.core), "
         f"got {type(stream).__module__}.{type(stream).__qualname__}"
     )
-
-
-# -- cooperative launch ------------------------------------------------------------------
 
 
 def max_cooperative_blocks(
@@ -500,39 +462,3 @@ def max_cooperative_blocks(
     if limits is not None:
         limits.setdefault(key, found)  # one store: two threads compute the same value
     return found
-
-
-def launch_cooperative(
-    function: Any,
-    grid: tuple[int, int, int],
-    block: tuple[int, int, int],
-    shared_mem: int,
-    stream: Any,
-    params: Any,
-    context: Context,
-    name: str = "kernel",
-    limits: dict[tuple[int, int], tuple[int, int, int]] | None = None,
-) -> None:
-    """Launch ``function`` with ``cuLaunchCooperativeKernel`` (its blocks may sync grid-wide);
-    ``params`` is the address of the ``void*`` parameter array. A grid larger than the device
-    holds at once is a ``ValueError`` naming both sizes, before anything is launched."""
-    blocks = grid[0] * grid[1] * grid[2]
-    threads = block[0] * block[1] * block[2]
-    most, per_sm, sms = max_cooperative_blocks(function, threads, shared_mem, context, limits)
-    if blocks > most:
-        raise ValueError(
-            f"cooperative launch of {name}: grid={grid} is {blocks} blocks, but at most {most} "
-            f"blocks of {threads} threads with {shared_mem} bytes of dynamic shared memory can "
-            f"be resident at once ({per_sm} per multiprocessor x {sms} multiprocessors of "
-            f"{context!r}), and a grid-wide sync needs every block resident: use a smaller grid"
-        )
-    (err,) = driver.cuLaunchCooperativeKernel(
-        function, *grid, *block, int(shared_mem), stream, params
-    )
-    if err:
-        raise CUDAError(
-            "cuLaunchCooperativeKernel",
-            err,
-            f"launching {name} with grid={grid}, block={block}, shared_mem={shared_mem} in "
-            f"{context!r}",
-        )

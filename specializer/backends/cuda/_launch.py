@@ -1,12 +1,5 @@
-"""Kernels, the cached lookup (``cufunction``), the launch, and PTX reflection.
-
-``cufunction`` is CUDA.jl's, over the core: the lookup (dispatch in the task's world, the
-compiled-code cache, the load into the context) wrapped in ``cached_lookup`` with key
-(current context, compiler kwargs). ``launch`` is the ``@cuda`` analog. Both, and the
-``HostKernel`` call, are the core's launch path (:mod:`specializer.launching`), generated per
-signature from ``templates/cuda_entry.py.j2``: a launch whose kernel's front entry holds its
-lookup checks the world, the thread's context key and each argument's class, stores the
-arguments into the signature's pre-laid-out parameter buffer and calls ``cuLaunchKernel``.
+"""``cufunction`` (keyed by current context and compiler kwargs), ``launch`` and ``code_ptx``,
+over the core's launch path generated per signature from ``templates/cuda_entry.py.j2``.
 """
 
 from __future__ import annotations
@@ -19,44 +12,22 @@ import numpy as np
 
 from ... import launching
 from ...kernels import Kernel, KernelInstance, code_of, uncached_lookup
-from ...types import Struct, WeakScalar, resolve_weak
+from ...types import Struct, WeakScalar, resolve_weak, weak_range
 from . import _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
-from ._decorators import _definitions, capture, device, kernel, typeof
-from ._driver import (
-    Context,
-    ContextKey,
-    Stream,
-    current_context,
-    current_key,
-    launch_cooperative,
-    local,
-)
-from ._module import LinkedKernel
-
-__all__ = [
-    "LAUNCH_OPTIONS",
-    "HostKernel",
-    "capture",
-    "code_ptx",
-    "cufunction",
-    "device",
-    "kernel",
-    "launch",
-    "typeof",
-]
-
+from ._decorators import _definitions
+from ._driver import Context, ContextKey, Stream, current_context, current_key, local
+from ._module import LinkedKernel, launch_cooperative
 
 #: launch options, in order, as launch and a HostKernel call take them
 LAUNCH_OPTIONS = ("grid", "block", "stream", "shared_mem", "cooperative")
 
 
 def _kwkey(kwargs: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    """Compiler kwargs as a key: sorted pairs, sequences (a list, a ``UserList``, a ``deque``)
-    frozen to tuples so a later mutation cannot change what a cached entry means; unknown
-    ones refused, naming every option."""
+    """Compiler kwargs as a key: sorted pairs, sequences frozen to tuples so a later mutation
+    cannot change what a cached entry means; unknown ones refused."""
     unknown = sorted(set(kwargs) - set(COMPILER_KWARGS))
     if unknown:
         raise _launcher.keyword_error(unknown)
@@ -67,37 +38,18 @@ def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, (Sequence, deque)) and not isinstance(v, (str, bytes)) else v
 
 
-def _cooperative(
-    linked: LinkedKernel, grid: Any, block: Any, shared_mem: int, stream: Any, params: Any
-) -> None:
-    launch_cooperative(
-        linked.function,
-        grid,
-        block,
-        shared_mem,
-        stream,
-        params,
-        linked.context,
-        linked.name,
-        linked.cooperative,
-    )
-
-
 class HostKernel(launching.HostKernel):
-    """A kernel ready to launch in one context: what :func:`cufunction` returns (the analog
-    of CUDA.jl's ``HostKernel``). Call it like :func:`launch`, without the kernel:
-    ``hk(*args, grid=..., block=..., stream=None, shared_mem=0, cooperative=False)``.
-    ``isinstance(hk, HostKernel)`` holds; ``hk`` is the signature's generated call, bound to
-    an instance of this class, and carries its attributes:
+    """A kernel ready to launch in one context: what :func:`cufunction` returns (CUDA.jl's
+    ``HostKernel``). Call it like :func:`launch` without the kernel: ``hk(*args, grid=...,
+    block=..., stream=None, shared_mem=0, cooperative=False)``. ``hk`` is the signature's
+    generated call, bound to an instance of this class (``isinstance(hk, HostKernel)``
+    holds), and carries its attributes:
 
     - ``function``: the driver's ``CUfunction``; ``name``: the kernel's name;
-    - ``context``: the context it was loaded in, which it keeps alive (the library's caches
-      hold a context weakly; a HostKernel the user holds keeps it, as its arrays and
-      streams do, so it never launches into a gone one);
-    - ``get_global(name)``: (device pointer, size in bytes) of the ``__constant__`` or
-      ``__device__`` variable ``name`` of the kernel's module (``cuModuleGetGlobal``);
-      ``copy_to_global(name, array)``: copy ``array`` into it (its size exactly);
-      ``copy_from_global(name, ...)``: it copied back (see LinkedKernel.copy_from_global);
+    - ``context``: the context it was loaded in, which it keeps alive (the caches hold it
+      weakly), so it never launches into a gone one;
+    - ``get_global(name)``, ``copy_to_global(name, array)``, ``copy_from_global(name, ...)``:
+      the module's ``__constant__`` and ``__device__`` variables (see :class:`LinkedKernel`);
     - ``f``, ``tt``, ``where`` and ``linked`` (the :class:`LinkedKernel`).
     """
 
@@ -123,8 +75,7 @@ class HostKernel(launching.HostKernel):
 
 
 def _bounds(r: type) -> tuple[Any, Any]:
-    """The range a Python scalar stored as ``r`` must be in (``r`` has one: a ranged kind)."""
-    bounds = _params.range_of(r)
+    bounds = weak_range(r)
     if bounds is None:
         raise TypeError(f"a parameter of type {r} has no range to check")
     return bounds
@@ -140,8 +91,7 @@ class _CUDALauncher(launching.Launcher):
     V = LinkedKernel
     host_class = HostKernel
     lookup_name = "cufunction"
-    #: "array": a device array, its pointer put in its place; "cls_dtype_1": a struct by value
-    #: (np.void, or a one-element array)
+    #: "array": a device array (its pointer is passed); "cls_dtype_1": a struct by value
     guard_kinds = {**launching.Launcher.guard_kinds, "array": True, "cls_dtype_1": True}
 
     def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
@@ -158,9 +108,8 @@ class _CUDALauncher(launching.Launcher):
         return (where[0], _kwkey(kw)) if kw else where
 
     def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        # A where is a context's key, (token, ()): a tuple, without a __dict__ for the
-        # core's default; its table is this launcher's in the token's tables (they live as
-        # long as the context's caches and are emptied when the context is gone).
+        # A where is (token, ()), without a __dict__: the table lives in the token, emptied
+        # when the context is gone.
         token = where[0] if where.__class__ is tuple and where else None
         if token.__class__ is not ContextKey:
             return None
@@ -168,8 +117,7 @@ class _CUDALauncher(launching.Launcher):
 
     def guard_of(self, t: type) -> tuple[str, type, Any]:
         if isinstance(t, type) and issubclass(t, Array):
-            # a CuArray by its class; a foreign array by its class (_CAI, _R) and then its
-            # element type (this typestr), contiguity and mask
+            # a CuArray by its class; a foreign one by class, then typestr, contiguity and mask
             return "array", cuarray_class(t.dtype), np.dtype(t.dtype).str
         if isinstance(t, type) and issubclass(t, Struct):
             return "cls_dtype_1", np.void, t.dtype  # np.void or a one-element array
@@ -184,7 +132,7 @@ class _CUDALauncher(launching.Launcher):
             **_params.namespace(resolved),
             "_local": local,
             "_pointer": device_pointer,  # a foreign array's, on the slow path
-            "_cooperative": _cooperative,
+            "_cooperative": launch_cooperative,
             "_half": _types.half_bits,
             "_R": foreign,
             "_CAI": cai_classes,
@@ -205,7 +153,7 @@ class _CUDALauncher(launching.Launcher):
                 kinds.append("ranged_half")  # a Python float: range-checked, then its bits
             elif r is np.float16:
                 kinds.append("half")
-            elif issubclass(t, WeakScalar) and _params.range_of(resolve_weak(t, r)) is not None:
+            elif issubclass(t, WeakScalar) and weak_range(resolve_weak(t, r)) is not None:
                 namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _bounds(r)
                 kinds.append("ranged")
             else:
@@ -216,14 +164,14 @@ class _CUDALauncher(launching.Launcher):
 
 
 _launcher = _CUDALauncher(_definitions)
-_site = _launcher.site  # the one call site of the cached lookup (tests count its misses)
+_site = _launcher.site  # the cached lookup's call site (tests count its misses)
 
 #: a grid or block: an int, or a sequence of up to 3 ints
 _Dims = int | Sequence[int]
 
 
 class _Launch(Protocol):
-    """The type of :func:`launch` (generated by the core, so typed here for type checkers)."""
+    """The type of :func:`launch` (generated by the core)."""
 
     def __call__(
         self,
@@ -258,28 +206,20 @@ def cufunction(
     f: Kernel | KernelInstance, tt: tuple[type, ...] = (), **compiler_kwargs: Any
 ) -> HostKernel:
     """The kernel ``f`` (a kernel or kernel instance) compiled for argument types ``tt``
-    (without the captured values) and loaded in the current context, as a
-    :class:`HostKernel`. The lookup (dispatch in the task's world, the compiled-code cache,
-    the load into the context) runs through ``cached_lookup`` with key (context, compiler
-    kwargs); see ``COMPILER_KWARGS`` for the kwargs. Python ``int``/``float``/``bool`` in
-    ``tt`` stand for the weak types."""
+    (without the captured values) and loaded in the current context, as a :class:`HostKernel`,
+    looked up through ``cached_lookup`` with key (context, ``COMPILER_KWARGS``). Python
+    ``int``/``float``/``bool`` in ``tt`` stand for the weak types."""
     # cast: _launcher.host_class is this module's HostKernel
     return cast(HostKernel, _launcher.function(f, tt, None, compiler_kwargs))
 
 
 def code_ptx(
-    f: Any,
-    tt: tuple[type, ...] = (),
-    *,
-    arch: str | None = None,
-    **compiler_kwargs: Any,
+    f: Any, tt: tuple[type, ...] = (), *, arch: str | None = None, **compiler_kwargs: Any
 ) -> str:
     """The PTX of ``f`` for argument types ``tt`` (the ``@device_code_ptx`` analog). With
     ``arch`` (``"sm_90"``, ...) it needs no GPU; without, it targets the current device."""
-    ctx = None
-    if arch is None:
-        ctx = current_context()
-    else:
+    ctx = current_context() if arch is None else None
+    if arch is not None:
         compiler_kwargs["arch"] = arch
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
     F = _definitions.kernel_type(f)

@@ -1,8 +1,5 @@
-"""Modules loaded into contexts, and the kernels got from them.
-
-:func:`load` loads a kernel's cubin (or PTX) into one context, once per NVRTC program
-there, and gets the function as a :class:`LinkedKernel`, what ``cufunction`` caches.
-"""
+"""Modules loaded into contexts (once per NVRTC program and context), and the kernels got from
+them as :class:`LinkedKernel`, what ``cufunction`` caches."""
 
 from __future__ import annotations
 
@@ -13,12 +10,12 @@ import numpy as np
 
 from ...compiler import CompilerJob
 from . import _driver
-from ._driver import Context, ContextKey, CUDAError, check, driver, pushed
+from ._driver import Context, ContextKey, CUDAError, check, driver, max_cooperative_blocks, pushed
 from ._nvrtc import nvrtc_version
 from ._program import CUDAArtifact
 from ._ptx import ptx_globals
 
-__all__ = ["LinkedKernel", "load"]
+_Dim3 = tuple[int, int, int]
 
 
 def _host_address(a: np.ndarray) -> int:
@@ -72,11 +69,7 @@ class LinkedKernel:
         """The context it was loaded into (a :class:`CUDAError` once that is gone)."""
         ctx = self.token.context()
         if ctx is None:
-            raise CUDAError(
-                "using a context",
-                driver.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED,
-                f"the context kernel {self.name} was loaded into is gone",
-            )
+            raise _driver.context_gone(f"the context kernel {self.name} was loaded into is gone")
         return ctx
 
     def get_global(self, name: str) -> tuple[int, int]:
@@ -133,8 +126,7 @@ class LinkedKernel:
     def _copy(
         self, name: str, a: np.ndarray, article: str, to_device: bool, where: Any = None
     ) -> None:
-        """Copy host array ``a`` to (or from) the module's variable ``name``, which must have
-        its size, between two waits for the work queued in the context."""
+        """Copy host array ``a`` to (or from) variable ``name`` of its size, between two waits."""
         ptr, size = where or self.get_global(name)
         if a.nbytes != size:
             raise ValueError(
@@ -159,14 +151,43 @@ class LinkedKernel:
         return f"<LinkedKernel {self.name} ({self.arch}) in {where}>"
 
 
+def launch_cooperative(
+    linked: LinkedKernel, grid: _Dim3, block: _Dim3, shared_mem: int, stream: Any, params: Any
+) -> None:
+    """Launch with ``cuLaunchCooperativeKernel`` (grid-wide sync); ``params`` is the ``void*``
+    array's address. A grid larger than can be resident at once is a ``ValueError`` first."""
+    context = linked.context
+    blocks = grid[0] * grid[1] * grid[2]
+    threads = block[0] * block[1] * block[2]
+    most, per_sm, sms = max_cooperative_blocks(
+        linked.function, threads, shared_mem, context, linked.cooperative
+    )
+    if blocks > most:
+        raise ValueError(
+            f"cooperative launch of {linked.name}: grid={grid} is {blocks} blocks, but at most "
+            f"{most} blocks of {threads} threads with {shared_mem} bytes of dynamic shared memory "
+            f"can be resident at once ({per_sm} per multiprocessor x {sms} multiprocessors of "
+            f"{context!r}), and a grid-wide sync needs every block resident: use a smaller grid"
+        )
+    (err,) = driver.cuLaunchCooperativeKernel(
+        linked.function, *grid, *block, int(shared_mem), stream, params
+    )
+    if err:
+        raise CUDAError(
+            "cuLaunchCooperativeKernel",
+            err,
+            f"launching {linked.name} with grid={grid}, block={block}, shared_mem={shared_mem} "
+            f"in {context!r}",
+        )
+
+
 def load(
     job: CompilerJob, artifact: CUDAArtifact, token: ContextKey, context: Context
 ) -> LinkedKernel:
     """Load ``artifact`` into ``context`` once per NVRTC program; the kernel's function."""
     image = artifact.cubin if artifact.cubin is not None else artifact.ptx.encode() + b"\0"
     detail = f"loading kernel {job.name} ({artifact.arch}) into {context!r}"
-    # one module per program and context: the kernels of one source share it (and its
-    # __constant__ and __device__ variables), as they share the NVRTC program
+    # the kernels of one program share its module (and variables) in each context
     loaded = _modules.setdefault(token, {})
     with pushed(context):
         module = loaded.get(artifact.program) if artifact.program else None

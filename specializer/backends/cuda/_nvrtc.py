@@ -1,6 +1,4 @@
-"""NVRTC itself: its binding, the one checker its calls go through, its error, its version
-and the architectures it compiles for. Compiling a program is :mod:`._program`'s.
-"""
+"""NVRTC itself: its binding, call checker, error, version and architectures."""
 
 from __future__ import annotations
 
@@ -15,8 +13,6 @@ except ImportError as e:  # pragma: no cover - the cuda extra is installed where
     raise ImportError(
         f"the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' ({e})"
     ) from e
-
-__all__ = ["NVRTCError", "nvrtc_check", "nvrtc_version", "supported_archs", "version_str"]
 
 
 class NVRTCError(CompileError):

@@ -1,10 +1,5 @@
-"""Kernel parameters laid out once per signature, for the launch path that fills them.
-
-``cuLaunchKernel`` takes a ``void**``, one pointer per parameter to its value; cuda.bindings
-would build it from ``(values, types)``, two C arrays allocated on every call. Here each
-signature gets a :class:`ParamBuffer` laid out once (a ctypes structure, C layout, and the array
-of its fields' addresses); the generated launch path stores each argument into its field and
-passes the array's address, an int. A struct by value is its bytes, at CUDA C's alignment.
+"""Kernel parameters laid out once per signature (a ctypes structure, the ``void*`` array of its
+fields' addresses): a launch stores each argument and passes one int to ``cuLaunchKernel``.
 
 A buffer must not change while the driver reads it (``cuLaunchKernel`` runs without the GIL):
 each launch takes one from its signature's pool (``list.pop``, atomic) and gives it back, so
@@ -22,11 +17,9 @@ import numpy as np
 
 from ...launching import REQUIRED
 from ...locks import new_lock
-from ...types import Struct, describe_parameter, weak_overflow, weak_range
+from ...types import Struct, describe_parameter, weak_overflow
 from ._driver import DEFAULT_STREAM, CUDAError, driver, stream_handle
 from ._types import param_ctype
-
-__all__ = ["ParamBuffer", "dim3", "field_ctype", "namespace", "pool", "range_of"]
 
 
 class ParamBuffer:
@@ -67,7 +60,7 @@ _CARRIERS = {
 
 
 def struct_dtype(t: type[Struct]) -> np.dtype:
-    """The layout of struct argument type ``t`` (``Struct[dtype]``; plain ``Struct`` has none)."""
+    """The layout of struct argument type ``t`` (plain ``Struct`` has none)."""
     if t.dtype is None:
         raise TypeError(f"{t!r} has no layout: a parameter's struct type is Struct[dtype]")
     return t.dtype
@@ -90,8 +83,7 @@ _struct_ctypes: dict[np.dtype, type] = {}
 
 
 def field_ctype(t: type) -> type:
-    """The ctypes type of a parameter of argument type ``t``: a struct's bytes in a union with
-    a carrier of its alignment, else ``param_ctype``'s."""
+    """A parameter's ctypes type: a struct's bytes in a union with a carrier of its alignment."""
     if isinstance(t, type) and issubclass(t, Struct):
         dt = struct_dtype(t)
         ct = _struct_ctypes.get(dt)
@@ -137,11 +129,6 @@ def failed(err: Any, linked: Any, grid: Any, block: Any, shared_mem: Any) -> Non
         f"launching kernel {linked.name} with grid={grid!r}, block={block!r}, "
         f"shared_mem={shared_mem!r} in {linked.context!r}",
     )
-
-
-#: The range a Python scalar must be in for a parameter of type ``t``: the core's (the
-#: template inlines the comparison).
-range_of = weak_range
 
 
 _pools: dict[tuple[type, ...], list[ParamBuffer]] = {}

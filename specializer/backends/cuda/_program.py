@@ -1,9 +1,6 @@
 """NVRTC programs: one compilation, kept on disk, and the programs the kernels of a source share.
 
-:func:`nvrtc_compile` makes PTX, and for an ``sm_XX`` target the cubin that gets loaded (so the
-driver never JITs PTX newer than it knows), with no GPU; its output is kept on disk, keyed by
-everything that decides it. Every failure is a :class:`~specializer.CompileError` naming the
-kernel, entry, architecture, options and NVRTC's log, with a hint for known mistakes.
+An ``sm_XX`` target also makes the cubin that gets loaded: the driver never JITs newer PTX.
 """
 
 from __future__ import annotations
@@ -30,15 +27,6 @@ from ._toolkit import (
     toolkit_include_dirs,
 )
 
-__all__ = [
-    "CUDAArtifact",
-    "NVRTCResult",
-    "compile_program",
-    "included_digest",
-    "nvrtc_compile",
-    "nvrtc_compiles",
-]
-
 
 @dataclass(frozen=True)
 class CUDAArtifact:
@@ -58,8 +46,7 @@ class CUDAArtifact:
 
 @dataclass(frozen=True)
 class NVRTCResult:
-    """One NVRTC compilation: PTX, cubin, each name expression's lowered name, log, options,
-    and whether it came from the disk cache."""
+    """One NVRTC compilation's outputs, and whether it came from the disk cache."""
 
     ptx: str
     cubin: bytes | None
@@ -78,51 +65,19 @@ def nvrtc_compiles() -> int:
     return _compiles
 
 
-def _program_bytes(prog: Any, size_fn: Any, get_fn: Any, what: str, detail: str) -> bytes:
-    size: int = nvrtc_check(size_fn(prog), what, detail)
+def _program_bytes(prog: Any, part: str, detail: str) -> bytes:
+    """The program's ``part`` (``ProgramLog``, ``PTX``, ``CUBIN``): ``nvrtcGet<part>``."""
+    what = f"nvrtcGet{part}"
+    size: int = nvrtc_check(getattr(nvrtc, f"{what}Size")(prog), what, detail)
     # NVRTC writes into the buffer: one of its own (CPython shares every bytes object of
     # length 0 or 1, so b" " * 1 is the interpreter's b" ", which a write would corrupt)
     buf = b" " * (size + 2)
-    nvrtc_check(get_fn(prog, buf), what, detail)
+    nvrtc_check(getattr(nvrtc, what)(prog, buf), what, detail)
     return buf[:size]
 
 
 _MISSING = re.compile(r'(?:cannot|could not) open source file "([^"]+)"')
 _GLOBALS_IN_SOURCE = re.compile(r"__global__\s+(?:[\w:<>,\s*&]*?\s)?(\w+)\s*\(")
-
-
-def _failure_hints(log: str, source: str, expression: str, kernel: str) -> list[str]:
-    hints = []
-    for header in dict.fromkeys(_MISSING.findall(log)):
-        hints.append(missing_header_hint(header))
-    if "cannot determine which instance of function template" in log:
-        hints.append(
-            f"{expression} is a function template: name the instance to compile, returning "
-            f"KernelSource(source, entry='{expression}<...>') from the method with the "
-            f"template arguments built from its concrete types (for example "
-            f"entry=f'{expression}<{{cuda.ctype(x.dtype)}}>')"
-        )
-    elif "__nv_name_map" in log:
-        defined = [n for n in dict.fromkeys(_GLOBALS_IN_SOURCE.findall(source)) if n]
-        there = (
-            f"; the source defines __global__ function(s) {', '.join(defined)}: name the "
-            f"method after one, or return KernelSource(source, entry='{defined[0]}')"
-            if defined
-            else ""
-        )
-        hints.append(
-            f"the source must define a __global__ function named {expression} (for a kernel "
-            f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
-        )
-    return hints
-
-
-def _compile_options(arch: str, options: tuple[str, ...]) -> tuple[str, ...]:
-    return (
-        f"--gpu-architecture={arch}",
-        *options,
-        *(f"--include-path={d}" for d in toolkit_include_dirs()),
-    )
 
 
 def _disk_key(
@@ -184,14 +139,21 @@ def nvrtc_compile(
     headers: tuple[tuple[str, str], ...] = (),
     included: str | None = None,
 ) -> NVRTCResult:
-    """Compile ``source`` with NVRTC for ``arch`` (``compute_XX``: PTX only), the toolkit's
-    header directories after ``options``, and find the lowered name of each of
-    ``expressions`` (``"reduce2<float>"``). ``name`` defaults to ``<kernel>.cu``; ``headers``
-    are ``(include name, text)`` pairs; ``included`` is :func:`included_digest` if computed.
-    The disk cache is asked first and filled after."""
+    """Compile ``source`` with NVRTC for ``arch`` (``compute_XX``: PTX only) and find the lowered
+    name of each of ``expressions`` (``"reduce2<float>"``), asking the disk cache first.
+    ``headers`` are ``(include name, text)``; ``included`` is :func:`included_digest`'s."""
     label = f"kernel {kernel}" if kernel else "a CUDA program"
-    _check_no_nul(label, source, headers)
-    opts = _compile_options(arch, tuple(options))
+    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
+        if "\0" in text:  # NVRTC reads C strings
+            raise CompileError(
+                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
+                f"NVRTC would compile it cut short there; remove it"
+            )
+    opts = (
+        f"--gpu-architecture={arch}",
+        *options,
+        *(f"--include-path={d}" for d in toolkit_include_dirs()),
+    )
     program = _program_name(name, kernel)
     if included is None:
         included = included_digest(source, tuple(options), name, headers, kernel)
@@ -213,16 +175,6 @@ def nvrtc_compile(
     return NVRTCResult(ptx, cubin, lowered, log, opts)
 
 
-def _check_no_nul(label: str, source: str, headers: tuple[tuple[str, str], ...]) -> None:
-    """A ``CompileError`` for a NUL in the source or a header: NVRTC reads C strings."""
-    for what, text in (("source", source), *((f"header {h!r}", t) for h, t in headers)):
-        if "\0" in text:
-            raise CompileError(
-                f"the {what} of {label} holds a NUL character (at offset {text.index(chr(0))}): "
-                f"NVRTC would compile it cut short there; remove it"
-            )
-
-
 def _run_nvrtc(
     source: str,
     program: str,
@@ -232,8 +184,7 @@ def _run_nvrtc(
     opts: tuple[str, ...],
     detail: str,
 ) -> tuple[Any, str, tuple[str, bytes | None, dict[str, str]] | None]:
-    """One run of NVRTC's compiler: (its result, its log, and when it compiled: the PTX, the
-    cubin for an ``sm_XX`` target and the lowered name of each name expression)."""
+    """One run of NVRTC: (result, log, and when it compiled (PTX, cubin, lowered names))."""
     global _compiles
     prog = nvrtc_check(
         nvrtc.nvrtcCreateProgram(
@@ -255,45 +206,20 @@ def _run_nvrtc(
         with _compiles_lock():
             _compiles += 1
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
-        log = (
-            _program_bytes(
-                prog,
-                nvrtc.nvrtcGetProgramLogSize,
-                nvrtc.nvrtcGetProgramLog,
-                "nvrtcGetProgramLog",
-                detail,
-            )
-            .rstrip(b"\0")
-            .decode(errors="replace")
-        )
+        log = _program_bytes(prog, "ProgramLog", detail).rstrip(b"\0").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return err, log, None
-        return err, log, _outputs(prog, expressions, arch, detail)
+        lowered = {
+            e: nvrtc_check(
+                nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
+            ).decode()
+            for e in expressions
+        }
+        ptx = _program_bytes(prog, "PTX", detail).rstrip(b"\0").decode()
+        cubin = _program_bytes(prog, "CUBIN", detail) if arch.startswith("sm_") else None
+        return err, log, (ptx, cubin, lowered)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
-
-
-def _outputs(
-    prog: Any, expressions: tuple[str, ...], arch: str, detail: str
-) -> tuple[str, bytes | None, dict[str, str]]:
-    """What a compiled program holds: its PTX, its cubin (``sm_XX``), the lowered names."""
-    lowered = {
-        e: nvrtc_check(
-            nvrtc.nvrtcGetLoweredName(prog, e.encode()), "nvrtcGetLoweredName", detail
-        ).decode()
-        for e in expressions
-    }
-    ptx = (
-        _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, "nvrtcGetPTX", detail)
-        .rstrip(b"\0")
-        .decode()
-    )
-    cubin = None
-    if arch.startswith("sm_"):
-        cubin = _program_bytes(
-            prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, "nvrtcGetCUBIN", detail
-        )
-    return ptx, cubin, lowered
 
 
 def _compile_error(
@@ -307,7 +233,27 @@ def _compile_error(
     kernel: str,
 ) -> NVRTCError:
     """The error of a program that did not compile: NVRTC's log, with the hints it shows."""
-    hints = _failure_hints(log, source, expressions[0] if expressions else "", kernel)
+    expression = expressions[0] if expressions else ""
+    hints = [missing_header_hint(h) for h in dict.fromkeys(_MISSING.findall(log))]
+    if "cannot determine which instance of function template" in log:
+        hints.append(
+            f"{expression} is a function template: name the instance to compile, returning "
+            f"KernelSource(source, entry='{expression}<...>') from the method with the "
+            f"template arguments built from its concrete types (for example "
+            f"entry=f'{expression}<{{cuda.ctype(x.dtype)}}>')"
+        )
+    elif "__nv_name_map" in log:
+        defined = [n for n in dict.fromkeys(_GLOBALS_IN_SOURCE.findall(source)) if n]
+        there = (
+            f"; the source defines __global__ function(s) {', '.join(defined)}: name the "
+            f"method after one, or return KernelSource(source, entry='{defined[0]}')"
+            if defined
+            else ""
+        )
+        hints.append(
+            f"the source must define a __global__ function named {expression} (for a kernel "
+            f'named after the method, write it extern "C" __global__ void {kernel}(...)){there}'
+        )
     found = headers_cuda_version()
     if found is not None and found[0] != nvrtc_version()[0]:
         hints.append(

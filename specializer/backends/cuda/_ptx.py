@@ -1,6 +1,5 @@
-"""What the back-end reads of PTX: a kernel's parameters (size and kind; for a C++ entry, its
-mangled name adds what each pointer points at), checked against the argument types where it
-is compiled (SPEC 8), and a module's variables. Nothing here runs on a launch.
+"""What the back-end reads of PTX: a kernel's parameters, checked against the argument types
+when it is compiled (SPEC 8), and a module's variables.
 """
 
 from __future__ import annotations
@@ -15,8 +14,6 @@ from ._array import Array
 from ._cxx import mangled_parameters
 from ._params import struct_dtype
 
-__all__ = ["check_parameters", "ptx_globals", "ptx_parameters"]
-
 _PTX_PARAM = re.compile(
     r"\.param\s+(?:\.align\s+\d+\s+)?\.([a-z])(\d+)((?:\s+\.\w+)*)(?:\s+\.align\s+\d+)?"
     r"\s+[\w$]+\s*(?:\[(\d+)\])?"
@@ -25,9 +22,8 @@ _KIND_NAMES = {"f": "floating-point", "i": "integer", "ptr": "pointer", "bytes":
 
 
 def ptx_parameters(ptx: str, lowered: str) -> list[tuple[str, int, str]] | None:
-    """(kind, size in bytes, PTX spelling) of each parameter of the ``.entry`` ``lowered``, kind
-    ``"f"``, ``"i"``, ``"ptr"`` (``.u64 .ptr``) or ``"bytes"`` (a struct, a ``__half``); None
-    when the entry is not found."""
+    """(kind ``f``/``i``/``ptr``/``bytes``, size, PTX spelling) of each parameter of ``.entry
+    lowered``; None when the entry is not found."""
     m = re.search(rf"\.entry\s+{re.escape(lowered)}\s*\(([^)]*)\)", ptx)
     if m is None:
         return None
@@ -58,9 +54,8 @@ def _argument_kind(t: type) -> tuple[str, int] | None:
 
 def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) -> None:
     """A ``TypeError`` when an argument type cannot be the kernel's parameter as the PTX
-    declares it (SPEC 8): another size, a float for an integer or back; for a C++ entry also
-    an array whose elements differ from what its mangled name says the pointer points at.
-    Runs where the kernel is compiled, never on a launch."""
+    declares it (another size, a float for an integer or back) or, for a C++ entry, an array's
+    elements differ from what its mangled name says the pointer points at."""
     params = ptx_parameters(ptx, lowered)
     if params is None:
         return
@@ -73,13 +68,7 @@ def check_parameters(kernel: str, ptx: str, lowered: str, tt: tuple[type, ...]) 
                 f"parameter (captured values first)"
             )
         )
-    _check_sizes(kernel, params, tt)
-    _check_pointees(kernel, lowered, tt)
-
-
-def _check_sizes(kernel: str, params: list[tuple[str, int, str]], tt: tuple[type, ...]) -> None:
-    """Each argument's size and kind against its parameter's PTX type."""
-    for i, ((kind, size, ptx_type), t) in enumerate(zip(params, tt)):
+    for i, ((kind, size, ptx_type), t) in enumerate(zip(params, tt)):  # sizes and kinds
         arg = _argument_kind(t)
         if arg is None:
             continue
@@ -94,11 +83,7 @@ def _check_sizes(kernel: str, params: list[tuple[str, int, str]], tt: tuple[type
                     f"value of the parameter's C type, or declare the method's parameter as it"
                 )
             )
-
-
-def _check_pointees(kernel: str, lowered: str, tt: tuple[type, ...]) -> None:
-    """Each array's elements against what its pointer parameter points at (C++ entries)."""
-    for i, (spelled, t) in enumerate(zip(mangled_parameters(lowered) or (), tt)):
+    for i, (spelled, t) in enumerate(zip(mangled_parameters(lowered) or (), tt)):  # pointees
         if not (isinstance(t, type) and issubclass(t, Array)):
             continue
         try:
@@ -135,8 +120,7 @@ _CUDA_VECTOR = re.compile(r"(\w+?)[1-4]")  # vector_types.h: float4, uchar2, lon
 
 
 def _pointee(spelled: str) -> tuple[str, int] | None:
-    """The (kind, size) of each value a pointer parameter of C++ type ``spelled`` points at;
-    None for another parameter, ``void *``, a struct or a type not known here."""
+    """The (kind, size) of what a pointer of C++ type ``spelled`` points at, if known."""
     if not spelled.endswith("*"):
         return None
     name = " ".join(w for w in spelled[:-1].split() if w not in ("const", "volatile"))
@@ -145,8 +129,7 @@ def _pointee(spelled: str) -> tuple[str, int] | None:
 
 
 def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
-    """The (kind, size) of each value of an array of ``dtype``: its scalar's, a complex's
-    float, a struct's when its fields are all of one; None for a struct of mixed fields."""
+    """The (kind, size) of an array's elements (a complex's float, a uniform struct's field)."""
     if dtype.subdtype is not None:
         return _array_element(dtype.subdtype[0])
     if dtype.names is not None and dtype.fields is not None:
@@ -158,15 +141,13 @@ def _array_element(dtype: np.dtype) -> tuple[str, int] | None:
 
 
 _PTX_GLOBAL = re.compile(
-    r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)",
-    re.M,
+    r"^(?:\.visible\s+|\.weak\s+)?\.(?:const|global)\s+(?:\.align\s+\d+\s+)?\.\w+\s+([\w$]+)", re.M
 )
 #: the mangled prefixes of the toolkit headers' own variables (CCCL, cooperative groups)
 _TOOLKIT_GLOBALS = ("_ZN4cuda", "_ZN3cub", "_ZN6thrust", "_ZN18cooperative_groups", "_ZN2nv")
 
 
 def ptx_globals(ptx: str) -> list[str]:
-    """The names of the ``__constant__`` and ``__device__`` variables a PTX module declares,
-    in order, without the toolkit headers' own and those internal to the file."""
+    """The ``__constant__`` and ``__device__`` variables a PTX module declares (not toolkit's)."""
     names = dict.fromkeys(_PTX_GLOBAL.findall(ptx))
     return [n for n in names if not n.startswith(_TOOLKIT_GLOBALS) and "_INTERNAL_" not in n]

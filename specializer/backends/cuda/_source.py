@@ -1,7 +1,5 @@
-"""A kernel's source: CUDA's :class:`KernelSource` (an entry, a program name, in-memory headers
-and NVRTC options beside the source; ``docs/arguments.md`` shows them in use), and the NVRTC
-:class:`Program` a compiler job makes (:func:`kernel_program`: the device sources of the job,
-callees first, with the headers and options of every part)."""
+"""CUDA's :class:`KernelSource` and the NVRTC :class:`Program` a compiler job makes (its device
+sources, callees first, with every part's headers and options)."""
 
 from __future__ import annotations
 
@@ -13,8 +11,6 @@ from typing import cast
 from ...compiler import CompileError, CompilerJob
 from ...sources import KernelSource as _KernelSource
 from ...sources import method_options
-
-__all__ = ["KernelSource", "Program", "kernel_program"]
 
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 

@@ -1,9 +1,5 @@
-"""The CUDA toolkit's headers: where they are, and what to do when a header is not found.
-
-Every compilation gets the runtime's and CCCL's header directories after the user's ``-I``
-options, found as CuPy finds them: through ``cuda.pathfinder`` (NVIDIA's header wheels, conda,
-then the system's toolkit), else ``CUDA_PATH``/``CUDA_HOME``. A header not found is an error
-saying how to get it; a host header (``<cstdio>``, ``helper_cuda.h``) is named as host code.
+"""The CUDA toolkit's headers: where they are (found as CuPy finds them: ``cuda.pathfinder``,
+else ``CUDA_PATH``/``CUDA_HOME``), and what to do when a header is not found.
 """
 
 from __future__ import annotations
@@ -20,13 +16,6 @@ from ._nvrtc import nvrtc_version, version_str
 
 import_before_fork("cuda.pathfinder")  # imported at the first compile (_locate): see locks
 
-__all__ = [
-    "headers_cuda_version",
-    "headers_fingerprint",
-    "install_hint",
-    "missing_header_hint",
-    "toolkit_include_dirs",
-]
 
 #: The toolkit's header directories NVRTC is given: what each holds, the file that shows it.
 _HEADER_KINDS = {
@@ -48,57 +37,35 @@ class _HeaderDir:
     found_via: str
 
 
-def _env_toolkit_root() -> str | None:
-    for var in ("CUDA_PATH", "CUDA_HOME"):
-        value = os.environ.get(var, "").strip()
-        if value:
-            return value
-    return None
-
-
-def _from_toolkit_root(kind: str, root: str) -> str | None:
-    canary = _HEADER_KINDS[kind][1]
-    candidates = [os.path.join(root, "include")]
-    if kind == "cccl":  # CUDA 13 keeps CCCL in include/cccl; CUDA 12 in include itself
-        candidates.insert(0, os.path.join(root, "include", "cccl"))
-    for d in candidates:
-        if os.path.isfile(os.path.join(d, canary)):
-            return d
-    return None
-
-
 def _locate(kind: str) -> _HeaderDir:
     try:
         pathfinder = importlib.import_module("cuda.pathfinder")
-    except ImportError:
-        pathfinder = None
-    if pathfinder is not None:
         locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
-        try:
-            if locate is not None:
-                found = locate(kind)
-                if found is not None and found.abs_path:
-                    return _HeaderDir(kind, found.abs_path, f"cuda.pathfinder ({found.found_via})")
-            else:
-                path = pathfinder.find_nvidia_header_directory(kind)
-                if path:
-                    return _HeaderDir(kind, path, "cuda.pathfinder")
-        except Exception:  # an older cuda.pathfinder that does not know this kind
-            pass
-    root = _env_toolkit_root()
-    if root is not None:
-        path = _from_toolkit_root(kind, root)
-        if path is not None:
-            return _HeaderDir(kind, path, "CUDA_PATH/CUDA_HOME")
+        if locate is not None:
+            found = locate(kind)
+            if found is not None and found.abs_path:
+                return _HeaderDir(kind, found.abs_path, f"cuda.pathfinder ({found.found_via})")
+        else:
+            path = pathfinder.find_nvidia_header_directory(kind)
+            if path:
+                return _HeaderDir(kind, path, "cuda.pathfinder")
+    except Exception:  # no cuda.pathfinder, or an older one that does not know this kind
+        pass
+    root = os.environ.get("CUDA_PATH", "").strip() or os.environ.get("CUDA_HOME", "").strip()
+    if root:
+        include = os.path.join(root, "include")
+        # CUDA 13 keeps CCCL in include/cccl; CUDA 12 in include itself
+        for d in [os.path.join(include, "cccl"), include] if kind == "cccl" else [include]:
+            if os.path.isfile(os.path.join(d, _HEADER_KINDS[kind][1])):
+                return _HeaderDir(kind, d, "CUDA_PATH/CUDA_HOME")
     return _HeaderDir(kind, None, "")
 
 
 @functools.cache
 def _header_dirs() -> tuple[_HeaderDir, ...]:
-    dirs = [_locate(kind) for kind in _HEADER_KINDS]
     seen: set[str] = set()
     out = []
-    for d in dirs:  # cudart and cccl may be one directory (CUDA 12's include)
+    for d in map(_locate, _HEADER_KINDS):  # cudart and cccl may be one directory (CUDA 12's)
         key = os.path.realpath(d.path) if d.path else d.kind
         out.append(d if key not in seen else _HeaderDir(d.kind, d.path, d.found_via + ", shared"))
         seen.add(key)
@@ -107,11 +74,7 @@ def _header_dirs() -> tuple[_HeaderDir, ...]:
 
 def toolkit_include_dirs() -> tuple[str, ...]:
     """The runtime's and CCCL's header directories every compilation gets (found once)."""
-    out: list[str] = []
-    for d in _header_dirs():
-        if d.path and d.path not in out:
-            out.append(d.path)
-    return tuple(out)
+    return tuple(dict.fromkeys(d.path for d in _header_dirs() if d.path))
 
 
 @functools.cache
@@ -154,8 +117,7 @@ def install_hint() -> str:
     )
 
 
-# Host-only headers: the C and C++ standard library (NVRTC compiles device code only, and
-# ships none of them) and the host helpers of NVIDIA's CUDA samples.
+# Host-only headers: the C and C++ standard library (NVRTC has none) and the CUDA samples' helpers.
 _HOST_HEADERS = frozenset(
     """
     assert.h cassert cstdio stdio.h cstdlib stdlib.h iostream ostream istream fstream sstream

@@ -1,6 +1,4 @@
-"""Kernel argument types: what each launch argument dispatches as, how CUDA C spells it, and
-its ctypes type in a parameter buffer. ``typeof``'s common cases are one dict lookup.
-"""
+"""Kernel argument types: what each argument dispatches as, its CUDA C spelling and ctypes type."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
-from ...types import Struct
+from ...types import WEAK, Struct, weak_type
 from ._array import (
     DLPACK_CUDA,
     Array,
@@ -26,16 +24,6 @@ from ._array import (
     strided_view,
 )
 from ._driver import available, current_context
-
-__all__ = [
-    "ACCEPTED",
-    "ctype",
-    "half_bits",
-    "numpy_base",
-    "param_ctype",
-    "struct_type",
-    "typeof",
-]
 
 # (numpy kind, item size) -> (CUDA C spelling, ctypes type of the kernel parameter)
 _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
@@ -55,34 +43,16 @@ _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
 }
 
 
-#: numpy's abstract scalar types (a user's subclass of a concrete one does not make it abstract)
-_ABSTRACT = frozenset(
-    (
-        np.generic,
-        np.number,
-        np.integer,
-        np.signedinteger,
-        np.unsignedinteger,
-        np.inexact,
-        np.floating,
-        np.complexfloating,
-        np.flexible,
-        np.character,
-    )
-)
+#: numpy's concrete scalar types: not an abstract one (np.floating has no dtype), nor a subclass
+_CONCRETE = frozenset(np.sctypeDict.values())
 
 
 def _abi(t: type) -> tuple[str, type] | None:
-    """The spelling and parameter type of the concrete scalar type ``t`` (None if it has none,
-    or if ``t`` is abstract, like ``np.floating``)."""
-    if not isinstance(t, type) or not issubclass(t, np.generic) or t in _ABSTRACT:
-        return None  # abstract (np.floating, ...): numpy has no dtype for it
-    try:
-        dt = np.dtype(t)
-    except TypeError:
+    """The spelling and parameter type of the concrete scalar type ``t`` (None if it has none)."""
+    if not isinstance(t, type) or t not in _CONCRETE:
         return None
-    # a subclass of a numpy scalar type has its base's dtype, but is not itself concrete
-    return _SCALAR_ABI.get((dt.kind, dt.itemsize)) if dt.type is t else None
+    dt = np.dtype(t)
+    return _SCALAR_ABI.get((dt.kind, dt.itemsize))
 
 
 #: value type -> argument type, for every scalar a kernel parameter can take
@@ -93,7 +63,7 @@ _SCALARS: dict[type, type[np.generic]] = {
 argtypes.update(_SCALARS)
 
 #: the numpy scalar types a kernel parameter can take (each its own argument type)
-_NUMPY_SCALARS = frozenset(t for t in _SCALARS.values() if issubclass(t, np.generic))
+_NUMPY_SCALARS = frozenset(_SCALARS.values())
 
 
 def numpy_base(cls: type) -> type[np.generic] | None:
@@ -106,8 +76,7 @@ def numpy_base(cls: type) -> type[np.generic] | None:
 
 
 def half_bits(value: Any) -> int:
-    """The 16 bits of ``value`` as an IEEE half (``np.float16``): what a ``__half`` kernel
-    parameter's field holds."""
+    """The 16 bits of ``value`` as an IEEE half: what a ``__half`` parameter's field holds."""
     return int(np.float16(value).view(np.uint16))
 
 
@@ -124,8 +93,7 @@ ACCEPTED = (
 
 
 def struct_type(dtype: np.dtype) -> type:
-    """``Struct[dtype]`` for a struct passed by value; a field in another byte order than
-    the device's is a ``ValueError``, as for an array of it."""
+    """``Struct[dtype]`` for a struct by value (a ``ValueError`` if not in native byte order)."""
     if not dtype.isnative:
         raise ValueError(
             f"cannot pass a struct of dtype {dtype} by value: a field is not in native byte "
@@ -136,23 +104,33 @@ def struct_type(dtype: np.dtype) -> type:
 
 
 def typeof(value: Any) -> type:
-    """The argument type ``value`` dispatches as: Python ``int``/``float``/``bool`` are
-    ``np.int64``/``np.float64``/``np.bool_``, numpy scalars their own type, device arrays
-    ``Array[dtype]``; anything else is a ``TypeError``."""
+    """The argument type ``value`` dispatches as (SPEC section 8): Python ``int``/``float``/
+    ``bool`` are the weak ``Weak[int]``/``Weak[float]``/``Weak[bool]`` (they take the type the
+    method declares), numpy scalars their own type (a subclass its numpy base), numpy
+    structured scalars ``Struct[dtype]``, device arrays ``Array[dtype]``; anything else is a
+    ``TypeError``."""
+    t: type | None = WEAK.get(value.__class__)
+    if t is not None:
+        return t
+    if isinstance(value, np.void) or (
+        isinstance(value, np.ndarray) and value.size == 1 and value.dtype.names is not None
+    ):  # a struct by value: np.void, or a 0-d or one-element array (``rhs.view(double3)``)
+        if value.dtype.names is None:
+            raise unsupported_argument(value, ACCEPTED)
+        return struct_type(value.dtype)
     t = argtypes.get(value.__class__)
-    return _typeof_other(value) if t is None else t
-
-
-def _typeof_other(value: Any) -> type:
+    if t is not None:
+        return t
     if isinstance(value, CuArray):
         return value.argtype
     if isinstance(value, np.generic):  # a subclass of a numpy scalar type: its numpy base
         t = numpy_base(value.__class__)
         if t is not None:
             return t
-    for base in (bool, int, float):  # subclasses of Python scalars (an IntEnum, ...)
-        if isinstance(value, base):
-            return _SCALARS[base]
+    else:
+        weak = weak_type(value)  # a subclass of a Python scalar (an IntEnum, ...)
+        if weak is not None:
+            return weak
     try:
         cai = value.__cuda_array_interface__
     except AttributeError:
@@ -190,8 +168,8 @@ def _typeof_other(value: Any) -> type:
 
 
 def _check_device(value: Any, device_id: int) -> None:
-    """A ``ValueError`` when ``value``'s memory is on another device than the current
-    context's (what its launch runs on); nothing to compare with where no GPU is."""
+    """A ``ValueError`` when ``value``'s memory is on another device than the current context's
+    (nothing to compare with where no GPU is)."""
     if not available():
         return
     ordinal = current_context().ordinal
@@ -213,10 +191,8 @@ def _view_type(v: Any) -> type:
     if getattr(v, "device_id", None) is not None and v.device_id >= 0:
         _check_device(v, v.device_id)
     dtype = np.dtype(v.dtype)
-    shape = tuple(v.shape)
     strides = None if v.strides is None else tuple(s * dtype.itemsize for s in v.strides)
-    cai = {"typestr": dtype.str, "shape": shape, "strides": strides}
-    return _cai_type(v, cai)
+    return _cai_type(v, {"typestr": dtype.str, "shape": tuple(v.shape), "strides": strides})
 
 
 def _cai_type(value: Any, cai: Any) -> type:
@@ -248,8 +224,8 @@ def _cai_type(value: Any, cai: Any) -> type:
 
 
 def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
-    """Whether ``strides`` lay ``shape`` out C- or F-contiguously (numpy's rule: the stride
-    of a dimension of length 1 does not matter, nor any stride of an empty array)."""
+    """Whether ``strides`` lay ``shape`` out C- or F-contiguously (numpy's rule: strides of
+    length-1 dimensions and of empty arrays do not matter)."""
     if len(strides) != len(shape):
         return False
     if any(d == 0 for d in shape):
@@ -292,8 +268,7 @@ def ctype(t: Any) -> str:
 
 
 def param_ctype(t: type) -> type:
-    """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays;
-    ``c_uint16`` for ``np.float16``, holding :func:`half_bits` of the value)."""
+    """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays)."""
     if isinstance(t, type) and issubclass(t, Array):
         return ctypes.c_uint64
     abi = _abi(t) if isinstance(t, type) and issubclass(t, np.generic) else None
