@@ -22,8 +22,8 @@ BACKENDS = Path(specializer.__file__).resolve().parent / "backends"  # under tes
 CUDA_LAYERS = [
     "_driver",  # driver calls, the probe, contexts, streams
     "_array",  # CuArray, Array[dtype], foreign arrays' pointers
-    "_types",  # argument types: what a value dispatches as, its C type
-    "_decorators",  # the definitions: typeof, @kernel, @device, capture
+    "_types",  # argument types: typeof (what a value dispatches as), its C type
+    "_decorators",  # the definitions: @kernel, @device, capture
     "_params",  # parameter buffers: how a launch's arguments are laid out
     "_diskcache",  # PTX and cubins on disk
     "_cxx",  # what is read of C++: a source's kernels, a mangled name's parameters
