@@ -1,15 +1,15 @@
 """Files a process keeps for the next one, private to the user and never trusted blindly.
 
-The CUDA back-end's NVRTC output and :mod:`specializer.codegen`'s rendered templates (Python
-source that is exec'd) live in ``$SPECIALIZER_CACHE_DIR/<name>`` (empty or ``0``: off) or under
-the user's cache directory, bounded together by ``SPECIALIZER_CACHE_MAXSIZE`` (least recently
-used out first). Directories are ``0700``; a file is read only when it is the user's own regular
-file that no one else can write; an entry ends in a digest checked on read; nothing here raises,
-and nothing is written in precompile-output mode. ``docs/design.md`` has the rules and why.
+NVRTC output and rendered templates live in ``$SPECIALIZER_CACHE_DIR/<name>`` or the user's
+cache directory, bounded by ``SPECIALIZER_CACHE_MAXSIZE`` (least recently used out first).
+Directories are ``0700``; a file is read only when it is the user's own that no one else can
+write, and ends in a digest checked on read; nothing here raises, and nothing is written in
+precompile-output mode. ``docs/design.md`` has the rules and why.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -64,23 +64,6 @@ _usage: list[tuple[str, int]] = []
 _usage_lock = new_lock(reentrant=False)
 
 
-def _home() -> Path | None:
-    """The user's home directory, or ``None`` with one warning (no ``HOME``, no passwd entry)."""
-    try:
-        home = Path.home()
-    except (RuntimeError, KeyError, OSError):
-        home = None
-    if home is not None and home.is_absolute():
-        return home
-    _warn_once(
-        ("", "home"),
-        "specializer: the disk caches are off: there is no home directory (HOME is unset or "
-        f"relative, and no passwd entry gives one). Set {ENV_VAR} to a directory of your own "
-        "to keep them.",
-    )
-    return None
-
-
 def default_dir() -> Path | None:
     """The caches' directory when ``SPECIALIZER_CACHE_DIR`` is unset (``None``: no home)."""
     if sys.platform == "win32" and os.environ.get("LOCALAPPDATA"):
@@ -88,8 +71,18 @@ def default_dir() -> Path | None:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if sys.platform not in ("win32", "darwin") and os.path.isabs(xdg):  # XDG: relative: ignored
         return Path(xdg) / "specializer"
-    home = _home()
-    if home is None:
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError, OSError):  # no HOME, no passwd entry
+        home = None
+    if home is None or not home.is_absolute():
+        _warn_once(
+            ("", "home"),
+            "specializer: the disk caches are off: there is no home directory (HOME is unset or "
+            f"relative, and no passwd entry gives one). Set {ENV_VAR} to a directory of your "
+            "own to keep them.",
+            stacklevel=3,
+        )
         return None
     if sys.platform == "win32":
         return home / "AppData" / "Local" / "specializer" / "Cache"
@@ -144,22 +137,12 @@ def _not_private(st: os.stat_result, kind: int) -> str | None:
     return None
 
 
-def _warn_once(key: tuple[str, str], message: str) -> None:
+def _warn_once(key: tuple[str, str], message: str, stacklevel: int = 4) -> None:
     with _warned_lock():
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
-
-
-def _refuse(root: Path, name: str, why: str) -> None:
-    """Warn, once per root and process, that the cache at ``root`` is not used."""
-    _warn_once(
-        (str(root), name),
-        f"specializer: the {_LABELS.get(name, name)} at {root} is not used: {why}, and the "
-        f"cache is private to the user. Point {ENV_VAR} at a directory of your own (chmod 700), or "
-        "set it empty to turn the cache off.",
-    )
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
 def private_dir(name: str, create: bool) -> Path | None:
@@ -190,8 +173,14 @@ def private_dir(name: str, create: bool) -> Path | None:
         return None
     for what, st in (("it", root), (f"its {name}/", own)):
         why = _not_private(st, stat.S_IFDIR)
-        if why is not None:
-            _refuse(d.parent, name, f"{what} {why}")
+        if why is not None:  # warned once per root and process
+            _warn_once(
+                (str(d.parent), name),
+                f"specializer: the {_LABELS.get(name, name)} at {d.parent} is not used: {what} "
+                f"{why}, and the cache is private to the user. Point {ENV_VAR} at a directory of "
+                "your own (chmod 700), or set it empty to turn the cache off.",
+                stacklevel=3,
+            )
             return None
     return d
 
@@ -207,8 +196,9 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
-        if touch:
-            _touch(fd, path)
+        if touch:  # mark it used: its modification time
+            with contextlib.suppress(OSError):
+                os.utime(fd if os.utime in os.supports_fd else path)
         chunks, left = [], st.st_size + 1  # one byte more: a file grown meanwhile is seen
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
@@ -238,10 +228,8 @@ def write_private(directory: Path, filename: str, data: bytes) -> bool:
         return True
     except OSError:
         if tmp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
         return False
 
 
@@ -279,14 +267,6 @@ def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
         _usage.clear()  # (an interrupted look leaves no count: the next write looks again)
         _usage.append((root, evict(bound)))
     return True
-
-
-def _touch(fd: int, path: Path) -> None:
-    """Set the modification time of the file open as ``fd`` (or at ``path``) to now."""
-    try:
-        os.utime(fd if os.utime in os.supports_fd else path)
-    except OSError:
-        pass
 
 
 def evict(bound: int) -> int:

@@ -83,23 +83,23 @@ def _whole_dtype(t: Any) -> np.dtype | None:
             f"dtype {t} has non-native byte order: kernels read native-order values "
             "(convert with arr.astype(arr.dtype.newbyteorder('='))"
         )
-    if t.kind == "V":
-        return t
-    return None
+    return t if t.kind == "V" else None
 
 
-def _numpy_parents(t: type) -> list[type]:
-    return [b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)]
+class _ArgTypeMeta(type):
+    """What the metaclasses of argument types share: a class's repr is its name."""
+
+    def __repr__(cls) -> str:
+        return cls.__name__
 
 
-class _ArrayMeta(type):
+class _ArrayMeta(_ArgTypeMeta):
     """Metaclass of array families: ``Family[T]`` is the interned class for a numpy scalar
     type or dtype ``T`` (a structured dtype kept whole, below ``Family[np.void]``)."""
 
     def __getitem__(cls, eltype: Any) -> type[DeviceArray[Any]]:
         if isinstance(eltype, TypeVar) and cls.__dict__.get("eltype") is None:
-            # ``class Array(DeviceArray[T])``, a family generic for type checkers: the family
-            # root itself (so its bases are what ``class Array(DeviceArray)`` gives).
+            # ``class Array(DeviceArray[T])``, generic for type checkers: the family root itself
             return cast("type[DeviceArray[Any]]", cls)
         family: type[DeviceArray[Any]] = cls._family_root  # type: ignore[attr-defined]
         whole = _whole_dtype(eltype)
@@ -120,35 +120,32 @@ class _ArrayMeta(type):
                 ns = {"eltype": whole.type, "_whole": whole, "__module__": family.__module__}
                 name = f"{family.__name__}[{whole}]"
             else:
-                bases = tuple(map(family.__getitem__, _numpy_parents(t))) or (family,)
+                parents = [b for b in t.__bases__ if issubclass(b, np.generic)]
+                bases = tuple(map(family.__getitem__, parents)) or (family,)
                 ns = {"eltype": t, "__module__": family.__module__}
                 name = f"{family.__name__}[{type_name(t)}]"
-            # An _ArrayMeta instance whose bases are the family's classes: a DeviceArray class.
             cls_ = cast("type[DeviceArray[Any]]", _ArrayMeta(name, bases, ns))
             family._interned[t] = cls_
             return cls_
 
-    def __repr__(cls) -> str:
-        return cls.__name__
-
     @property
     def dtype(cls) -> np.dtype | None:
         """``Array[np.float32].dtype``, on the class itself."""
-        return cast("type[DeviceArray[Any]]", cls)._dtype()  # every class of it is a DeviceArray
+        c = cast("type[DeviceArray[Any]]", cls)  # every class of it is a DeviceArray
+        if c._whole is not None:
+            return c._whole
+        return None if c.eltype is None else np.dtype(c.eltype)
 
 
 class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
     """Base of the array families. A back-end subclasses it once:
     ``class Array(DeviceArray[EltypeT_co])`` (generic in ``T`` for type checkers only).
-
     ``Array[np.float32]`` is then a class with ``eltype`` (``np.float32``) and ``dtype``
-    (``np.dtype('float32')``): never instantiated, a type to dispatch on and to hand to a
-    kernel method's body.
+    (``np.dtype('float32')``), never instantiated: a type to dispatch on and hand to a body.
     """
 
     if TYPE_CHECKING:
-        # what a parameter ``x: Array[np.floating]`` has for a type checker (on the class,
-        # the metaclass's ``dtype``; the family roots' is None)
+        # what ``x: Array[np.floating]`` has for a type checker (the roots' is None)
         dtype: np.dtype[EltypeT_co]
 
     eltype: ClassVar[type[np.generic] | None] = None
@@ -163,17 +160,11 @@ class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
 
     _whole: ClassVar[np.dtype | None] = None
 
-    @classmethod
-    def _dtype(cls) -> np.dtype | None:
-        if cls._whole is not None:
-            return cls._whole
-        return None if cls.eltype is None else np.dtype(cls.eltype)
-
     def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray[Any]:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not an array to create")
 
 
-class _StructMeta(type):
+class _StructMeta(_ArgTypeMeta):
     """Metaclass of the struct types: ``Struct[dtype]`` is the interned type of that layout."""
 
     def __getitem__(cls, dtype: Any) -> type[Struct]:
@@ -194,13 +185,9 @@ class _StructMeta(type):
             cached = _structs.get(dt)
             if cached is None:
                 ns = {"dtype": dt, "__module__": __name__}
-                # an _StructMeta instance with Struct as its base: a Struct class
                 cached = cast("type[Struct]", _StructMeta(f"Struct[{dt}]", (Struct,), ns))
                 _structs[dt] = cached
             return cached
-
-    def __repr__(cls) -> str:
-        return cls.__name__
 
 
 class Struct(metaclass=_StructMeta):
@@ -222,7 +209,7 @@ class Struct(metaclass=_StructMeta):
 _structs: dict[np.dtype, type[Struct]] = {}
 
 
-class _WeakMeta(type):
+class _WeakMeta(_ArgTypeMeta):
     """Metaclass of the weak scalar types: ``Weak[int]`` is the one for Python ``int``."""
 
     def __getitem__(cls, pytype: type) -> type[WeakScalar]:
@@ -231,16 +218,12 @@ class _WeakMeta(type):
         except (KeyError, TypeError):
             raise TypeError(f"Weak[...] takes int, float or bool, got {pytype!r}") from None
 
-    def __repr__(cls) -> str:
-        return cls.__name__
-
 
 class WeakScalar(metaclass=_WeakMeta):
     """The argument type of a Python ``int``, ``float`` or ``bool``: a scalar with no width of
-    its own (as numpy's NEP 50 treats Python scalars). It dispatches as :attr:`default` where
-    a method takes that type (or one above it), else as the concrete type of :attr:`family`
-    the most specific applicable method declares; the value is converted to that type on
-    every launch, with a range check."""
+    its own (as in numpy's NEP 50). It dispatches as :attr:`default` where a method takes that
+    (or a type above it), else as the concrete :attr:`family` type the most specific applicable
+    method declares; each launch converts the value to that type, with a range check."""
 
     #: the Python type whose values have this argument type
     pytype: ClassVar[type]
@@ -258,7 +241,6 @@ _CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
 
 def _weak(pytype: type, default: type[np.generic], family: type[Any]) -> type[WeakScalar]:
     ns = {"pytype": pytype, "default": default, "family": family, "__module__": __name__}
-    # an _WeakMeta instance with WeakScalar as its base: a WeakScalar class
     return cast("type[WeakScalar]", _WeakMeta(f"Weak[{pytype.__name__}]", (WeakScalar,), ns))
 
 
@@ -291,8 +273,7 @@ def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
         return operator.getitem, (Struct, cls.dtype)
     if issubclass(meta, _WeakMeta) and cls is not WeakScalar:
         return operator.getitem, (WeakScalar, cls.pytype)
-    name: str = cls.__qualname__
-    return name  # a root: the class its module defines
+    return str(cls.__qualname__)  # a root: the class its module defines
 
 
 # A metaclass's own __reduce__ is not asked (pickle saves any class as a global): the
@@ -303,10 +284,9 @@ for _meta in (_ArrayMeta, _StructMeta, _WeakMeta):
 
 def argument_type(annotation: Any) -> Any:
     """The argument type a parameter annotation stands for (the hook ``signature_of`` calls).
-    A struct layout is a dtype, which no type checker takes as a type parameter, so
-    ``Annotated[Struct, dtype]`` is ``Struct[dtype]`` and ``Annotated[Array[np.void], dtype]``
-    (or ``Annotated[Array, dtype]``) is ``Array[dtype]``; ``Annotated[T, ...]`` without a
-    dtype is ``T``, anything else itself."""
+    No type checker takes a dtype as a type parameter, so ``Annotated[Struct, dtype]`` is
+    ``Struct[dtype]``, ``Annotated[Array[np.void], dtype]`` (or ``Annotated[Array, dtype]``)
+    ``Array[dtype]``; ``Annotated[T, ...]`` without a dtype is ``T``, anything else itself."""
     if get_origin(annotation) is not Annotated:
         return annotation
     base: Any = annotation.__origin__
@@ -354,21 +334,14 @@ def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
     ``t`` without wrapping or turning into an infinity: ``iinfo(t)``, or every float that
     rounds to a finite value of ``t`` (so ``3.4028235e38`` fits ``np.float32``, as for
     ``struct``'s packing); None where every value fits. An infinity or NaN always fits."""
-    if not isinstance(t, type):
-        return None
-    if issubclass(t, np.integer):
+    if isinstance(t, type) and issubclass(t, np.integer):
         ii = np.iinfo(t)
         return int(ii.min), int(ii.max)
-    if issubclass(t, np.floating):
-        return _finite_range(t)
-    return None
-
-
-def _finite_range(t: type) -> tuple[float, float] | None:
-    """The Python floats that round to a finite value of float type ``t`` (to nearest, ties
-    to even): those below ``max`` plus half an ulp of it. ``max``'s last mantissa bit is odd
-    (all its bits are set), so that tie itself rounds to an infinity: the bound is the float
-    just below it, exact in a Python float for every type narrower than one."""
+    if not (isinstance(t, type) and issubclass(t, np.floating)):
+        return None
+    # Rounding to nearest, ties to even, the floats below max + half an ulp are finite. max's
+    # last mantissa bit is odd (all set), so that tie rounds to an infinity: the bound is the
+    # float just below it, exact in a Python float for every type narrower than one.
     big = np.finfo(cast(Any, t)).max  # inf for a type wider than float64 (np.longdouble)
     if float(big) >= sys.float_info.max:
         return None
@@ -459,7 +432,7 @@ def type_name(t: Any) -> str:
         short = t.__dict__.get("__argtype_name__")
         if isinstance(short, str):  # a back-end's own argument type: cl.Buffer is "Buffer"
             return short
-        if isinstance(t, (_ArrayMeta, _WeakMeta, _StructMeta)):
+        if isinstance(t, _ArgTypeMeta):
             return t.__name__
         if t.__module__ == "numpy":
             return f"np.{t.__name__}"
