@@ -65,8 +65,6 @@ import_before_fork("jinja2")  # so a child never imports it: a fork never hangs 
 def _environment() -> jinja2.Environment:
     """The Jinja environment, made on first use: a process whose renders are on disk never
     imports Jinja."""
-    if _env:
-        return _env[0]
     with _lock():
         if not _env:
             import jinja2
@@ -108,6 +106,15 @@ _released: deque[tuple[int, GeneratedSource]] = deque(maxlen=RELEASED_KEPT)
 _counts: dict[str, int] = {}
 _serial = itertools.count()
 _lock = new_lock()  # re-entrant: a finalizer may run while a generation holds it
+#: the function's name in a kept render: text no template spells and no parameter holds
+#: (checked: where one does, the render keeps its real name)
+NAME = "_specializer_generated_name_"
+#: bytes: a render kept on disk larger than this is not read
+_MAX_RENDER = 1 << 22
+#: (the template files' names, sizes and modification times, the digest of their contents)
+_identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
+#: the blocks of templates/entry.py.j2 a back-end's template fills
+_BLOCKS = ("setup", "where", "call_where", "unguarded", "launch", "guard")
 
 
 def generated_sources() -> list[GeneratedSource]:
@@ -171,11 +178,6 @@ def render(template: str, **params: Any) -> str:
     return _kept_render(template, params)
 
 
-#: the function's name in a kept render: text no template spells and no parameter holds
-#: (checked: where one does, the render keeps its real name)
-NAME = "_specializer_generated_name_"
-
-
 def _kept_render(template: str, params: dict[str, Any]) -> str:
     """The render of ``template`` with ``params``: kept on disk (see :func:`render`)."""
     d = diskcache.private_dir("templates", create=True)
@@ -192,14 +194,6 @@ def _kept_render(template: str, params: dict[str, Any]) -> str:
     source = _environment().get_template(template).render(**params)
     diskcache.write_entry(d, filename, source.encode("utf-8"))
     return source
-
-
-#: bytes: a render kept on disk larger than this is not read
-_MAX_RENDER = 1 << 22
-
-
-#: (the template files' names, sizes and modification times, the digest of their contents)
-_identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
 
 
 def _templates_identity() -> str:
@@ -227,8 +221,7 @@ def _jinja_identity() -> str:
 
 
 def _forget(name: str, filename: str) -> None:
-    """A generated function was released: its record joins the released, its lines leave
-    linecache."""
+    """A generated function was released: its record joins the released, its lines go."""
     with _lock():
         record = _generated.pop(name, None)
         if record is not None:
@@ -311,10 +304,6 @@ def template_error(
         f"template {template}{where} renders code that does not compile: {e.msg} at line "
         f"{e.lineno} of the render: {bad!r}"
     )
-
-
-#: the blocks of templates/entry.py.j2 a back-end's template fills
-_BLOCKS = ("setup", "where", "call_where", "unguarded", "launch", "guard")
 
 
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:

@@ -54,14 +54,15 @@ class CompileError(RuntimeError):
 
 
 class Backend(ABC):
-    """The small interface each back-end implements (see the module docstring)."""
+    """The small interface each back-end implements (``docs/backend.md``)."""
 
     #: a short name for messages ("opencl", "cuda")
     name: str = "backend"
 
     @abstractmethod
     def compile(self, job: CompilerJob) -> Artifact:
-        """Compile ``job`` (from ``job.device_sources()``); raise :class:`CompileError`."""
+        """Compile ``job`` (from ``job.device_sources()``) into an artifact with no context in
+        it; raise :class:`CompileError`."""
 
     @abstractmethod
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
@@ -78,6 +79,11 @@ Dependency = tuple[GenericFunction, tuple[type, ...], Method]
 
 _config_keys: dict[tuple[int, Hashable], int] = {}
 _config_lock = new_lock(reentrant=False)
+#: the attribute of an error raised by a method body that holds its traceback from the body on
+_BODY_TB = "_specializer_body_traceback"
+#: the attribute that marks an error as the user's (users_error)
+_USERS = "_specializer_users_error"
+_E = TypeVar("_E", bound=BaseException)
 
 
 class CompilerConfig:
@@ -131,16 +137,11 @@ class CompilerJob:
         return f"CompilerJob({self.mi!r}, {self.config!r}, world={self.world})"
 
 
-#: the attribute of an error raised by a method body that holds its traceback from the body on
-_BODY_TB = "_specializer_body_traceback"
-
-
 def _generate(mi: MethodInstance) -> str:
     """Call ``mi``'s method body: its error keeps its traceback from the body on and gains a
     note naming the method; a body returning no str is a TypeError saying what to return."""
-    fn = mi.method.fn
     try:
-        src = fn(*mi.tt)
+        src = mi.method.fn(*mi.tt)
     except Exception as e:
         tb = e.__traceback__
         _mark(e, _BODY_TB, tb.tb_next if tb is not None else None)
@@ -177,12 +178,6 @@ def _where(mi: MethodInstance) -> str:
 def _mark(e: BaseException, attr: str, value: Any) -> None:
     with contextlib.suppress(AttributeError):  # an exception type that takes no attributes
         setattr(e, attr, value)
-
-
-#: the attribute that marks an error as the user's (users_error)
-_USERS = "_specializer_users_error"
-
-_E = TypeVar("_E", bound=BaseException)
 
 
 def users_error(e: _E) -> _E:

@@ -56,6 +56,7 @@ _OPEN_FLAGS = (
 )
 #: how a warning names each cache
 _LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
+_DIGEST_SIZE = hashlib.sha256().digest_size
 _warned: set[tuple[str, str]] = set()  # what was warned about: one warning each
 _warned_lock = new_lock(reentrant=False)
 #: the caches' size as this process counts it: (their root, the bytes its regular files took
@@ -236,9 +237,6 @@ def write_private(directory: Path, filename: str, data: bytes) -> bool:
 def _digest(filename: str, payload: bytes) -> bytes:
     """What an entry ends in: the SHA-256 of its file name (its key) and its payload."""
     return hashlib.sha256(filename.encode() + b"\0" + payload).digest()
-
-
-_DIGEST_SIZE = hashlib.sha256().digest_size
 
 
 def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:

@@ -37,6 +37,10 @@ __all__ = [
 ]
 
 _intern_lock = new_lock()
+_structs: dict[np.dtype, type[Struct]] = {}
+_CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
+#: the types a weak value out of a narrower one's range may take instead, narrowest first
+_WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
 
 #: The element type parameter of an array family, for type checkers: ``Array[np.float32]``
 #: is then a subtype of ``Array[np.floating]`` for them as it is at run time.
@@ -112,9 +116,8 @@ class _ArrayMeta(_ArgTypeMeta):
             with _intern_lock():
                 return family._interned.setdefault(t, cached)
         with _intern_lock():
-            cached = family._interned.get(t)
-            if cached is not None:
-                return cached
+            if t in family._interned:
+                return family._interned[t]
             if whole is not None:
                 bases: tuple[type, ...] = (family[np.void],)
                 ns = {"eltype": whole.type, "_whole": whole, "__module__": family.__module__}
@@ -206,9 +209,6 @@ class Struct(metaclass=_StructMeta):
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
 
 
-_structs: dict[np.dtype, type[Struct]] = {}
-
-
 class _WeakMeta(_ArgTypeMeta):
     """Metaclass of the weak scalar types: ``Weak[int]`` is the one for Python ``int``."""
 
@@ -234,9 +234,6 @@ class WeakScalar(metaclass=_WeakMeta):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> WeakScalar:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
-
-
-_CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
 
 
 def _weak(pytype: type, default: type[np.generic], family: type[Any]) -> type[WeakScalar]:
@@ -326,14 +323,11 @@ def resolve_weak(t: type, declared: type) -> type:
     return t.default
 
 
-# -- weak values: the range check every back-end makes (SPEC 8) -------------------------------
-
-
 def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
     """The range a Python ``int`` or ``float`` must be in to become a value of numpy type
     ``t`` without wrapping or turning into an infinity: ``iinfo(t)``, or every float that
     rounds to a finite value of ``t`` (so ``3.4028235e38`` fits ``np.float32``, as for
-    ``struct``'s packing); None where every value fits. An infinity or NaN always fits."""
+    ``struct``'s packing); None where every value fits. An infinity or NaN always fits (SPEC 8)."""
     if isinstance(t, type) and issubclass(t, np.integer):
         ii = np.iinfo(t)
         return int(ii.min), int(ii.max)
@@ -371,10 +365,6 @@ def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
     )
 
 
-#: the types a weak value out of a narrower one's range may take instead, narrowest first
-_WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
-
-
 def _wider_fix(value: Any, t: type) -> str:
     """What to do about ``value`` out of ``t``'s range: the narrowest wider type that holds
     it, else a value in range."""
@@ -397,11 +387,7 @@ def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:
     of ``weak_range(t)``. One per parameter, made when the launch path is generated."""
     bounds = weak_range(t)
     if bounds is None:
-
-        def convert(value: Any, linked: Any, i: int) -> Any:
-            return t(value)
-
-        return convert
+        return lambda value, linked, i: t(value)
     lo, hi = bounds
 
     def convert_ranged(value: Any, linked: Any, i: int) -> Any:
@@ -432,11 +418,9 @@ def type_name(t: Any) -> str:
         short = t.__dict__.get("__argtype_name__")
         if isinstance(short, str):  # a back-end's own argument type: cl.Buffer is "Buffer"
             return short
-        if isinstance(t, _ArgTypeMeta):
+        if isinstance(t, _ArgTypeMeta) or t.__module__ == "builtins":
             return t.__name__
         if t.__module__ == "numpy":
             return f"np.{t.__name__}"
-        if t.__module__ == "builtins":
-            return t.__name__
         return f"{t.__module__}.{t.__qualname__}"
     return repr(t)
