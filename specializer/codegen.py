@@ -1,8 +1,7 @@
 """Generated functions: Jinja templates rendered to Python source, exec'd, and kept reviewable.
 
 As with Julia's ``@generated``, a template receives names and counts, never values (those are
-bound as defaults or globals), so nothing a user controls becomes code. Sources are registered
-with ``linecache`` so tracebacks and ``inspect.getsource`` show the real lines.
+bound as defaults or globals), so nothing a user controls becomes code.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Compiler jobs, the compiled-code cache with world ranges, and compile hooks.
 
-Code instances live in their method instance (``MethodInstance.code``, as in Julia), so a
-dropped kernel frees its code; each is valid over a range of worlds that backedges on every
-dispatch it used close. A cache entry keeps one open code instance plus at most one per pinned
-world (the cache map in ``docs/design.md``).
+Code lives in its method instance (as in Julia), so a dropped kernel frees its code; a cache
+entry keeps one open code instance plus at most one per pinned world (``docs/design.md``).
 """
 
 from __future__ import annotations
@@ -181,9 +179,8 @@ def _mark(e: BaseException, attr: str, value: Any) -> None:
 
 
 def users_error(e: _E) -> _E:
-    """Mark ``e``, which a back-end raises as it compiles or links, as an error in what the
-    user wrote (a method's annotations against the source its body returned): a launch or
-    lookup raises it without the library's frames between it and the user's line."""
+    """Mark ``e``, raised by a back-end as it compiles or links, as an error in what the user
+    wrote (annotations against the body's source): a launch raises it from the user's line."""
     _mark(e, _USERS, True)
     return e
 
@@ -363,17 +360,15 @@ def _sweep(ended: list[Any], after: bool) -> None:
     pinned = _world.pinned_worlds()
     latest = _world.latest()
     for ci in _tracked(_retained, prune=True):
-        if ci.max_world >= latest:  # not closed after all (its definition was undone)
-            _retained.pop(id(ci), None)
-            continue
-        if any(ci.min_world <= w <= ci.max_world for w in pinned):
-            continue
-        code, key = ci.mi.code, ci.config._key
-        kept = tuple(c for c in code.get(key, ()) if c is not ci)
-        if kept:
-            code[key] = kept
-        else:
-            code.pop(key, None)
+        if ci.max_world < latest:  # closed (unless its definition was undone)
+            if any(ci.valid(w) for w in pinned):
+                continue
+            code, key = ci.mi.code, ci.config._key
+            kept = tuple(c for c in code.get(key, ()) if c is not ci)
+            if kept:
+                code[key] = kept
+            else:
+                code.pop(key, None)
         _retained.pop(id(ci), None)  # after the cache lets it go: a record never outlives less
 
 
@@ -391,11 +386,10 @@ _world.on_unpinned.append(_release_for_dead_pins)
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
-    """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
-    and its linked form for ``context`` (linked on a miss); code that fails either is not kept.
-    Compile hooks see every call. One re-entrant lock covers the cache, like CUDA.jl's
-    ``cufunction_lock``: back-ends and hooks need not be thread-safe and may look kernels up;
-    hits take no lock."""
+    """The compiled-code cache: the code instance valid in ``job.world`` and its linked form for
+    ``context``, each made on a miss; code that fails either is not kept. Hooks see every call.
+    One re-entrant lock covers the cache, like CUDA.jl's ``cufunction_lock``: back-ends and hooks
+    need not be thread-safe and may look kernels up; hits take no lock."""
     with _cache_lock():  # straight-line (its loops are in called functions): see world
         deps = None
         ci = _find(job)

@@ -1,10 +1,8 @@
 """Files a process keeps for the next one, private to the user and never trusted blindly.
 
-NVRTC output and rendered templates live in ``$SPECIALIZER_CACHE_DIR/<name>`` or the user's
-cache directory, bounded by ``SPECIALIZER_CACHE_MAXSIZE`` (least recently used out first).
 Directories are ``0700``; a file is read only when it is the user's own that no one else can
-write, and ends in a digest checked on read; nothing here raises, and nothing is written in
-precompile-output mode. ``docs/design.md`` has the rules and why.
+write, and its digest checks; nothing here raises or writes in precompile-output mode
+(``docs/design.md`` has the rules and why).
 """
 
 from __future__ import annotations
@@ -95,13 +93,10 @@ def default_dir() -> Path | None:
 def cache_dir(name: str) -> Path | None:
     """The directory of the cache ``name`` (``"cuda"``), or ``None`` when the caches are off."""
     value = os.environ.get(ENV_VAR)
-    if value is None:
-        d = default_dir()
-        return None if d is None else d / name
-    value = value.strip()
-    if value in ("", "0"):
+    if value is not None and value.strip() in ("", "0"):
         return None
-    return Path(value).expanduser() / name
+    d = default_dir() if value is None else Path(value.strip()).expanduser()
+    return None if d is None else d / name
 
 
 def max_size() -> int:
@@ -153,11 +148,7 @@ def private_dir(name: str, create: bool) -> Path | None:
     if d is None:
         return None
     if create and not precompile.generating_output():  # the mode makes no directory
-        missing = []
-        p = d
-        while not os.path.lexists(p) and p.parent != p:
-            missing.append(p)
-            p = p.parent
+        missing = [p for p in (d, *d.parents) if not os.path.lexists(p)]
         try:
             for p in reversed(missing):
                 try:

@@ -59,10 +59,9 @@ def scan(
     headers: Mapping[str, str] | None = None,
     source_dir: str | None = None,
 ) -> tuple[tuple[str, str], ...]:
-    """Every include of ``source`` and, recursively, of the user files it includes, as a
-    sorted tuple of ``(name, sha256)``: ``file:<absolute path>``, ``header:<name>`` (in
-    memory), ``unresolved:<name>`` (an empty digest); past the cap, ``unkeyed:<directory>``
-    ends the scan."""
+    """Every include of ``source`` and, recursively, of the user files it includes, as sorted
+    ``(name, sha256)``: ``file:<absolute path>``, ``header:<name>`` (in memory),
+    ``unresolved:<name>`` (empty digest); past the cap, ``unkeyed:<directory>`` ends the scan."""
     headers = dict(headers or {})
     dirs = [os.path.abspath(d) for d in include_dirs]
     found: dict[str, str] = {}

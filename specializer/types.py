@@ -1,9 +1,7 @@
 """Kernel argument types: numpy scalar types and interned parametric array types.
 
-Scalars are numpy scalar classes, whose hierarchy gives the subtype relation. Each back-end's
-array family (a :class:`DeviceArray` subclass) makes one interned class per ``Array[T]``, built
-along numpy's hierarchy: ``Array[np.float32] <: Array[np.floating] <: Array[np.generic]``.
-Every argument type pickles by reference, to the same interned class in any process.
+Array types follow numpy's hierarchy (``Array[np.float32] <: Array[np.floating]``), one interned
+class each; every argument type pickles by reference, to the same class in any process.
 """
 
 from __future__ import annotations
@@ -194,10 +192,9 @@ class _StructMeta(_ArgTypeMeta):
 
 
 class Struct(metaclass=_StructMeta):
-    """The argument type of a struct or vector passed by value: a numpy structured scalar
-    (``np.void`` of a structured dtype, or a 0-d array of one, as ``pyopencl.cltypes``'
-    ``make_float4`` returns). ``Struct[dtype]`` is one type per layout, below ``Struct``; its
-    ``dtype`` is the whole structured dtype, to write the declaration from."""
+    """The argument type of a struct or vector passed by value: a numpy structured scalar (or
+    a 0-d array of one, as ``pyopencl.cltypes``' ``make_float4`` returns). ``Struct[dtype]``
+    is one type per layout, below ``Struct``, its ``dtype`` the whole structured dtype."""
 
     if TYPE_CHECKING:
         # ``Struct[dtype]``, what a method body gets, has its dtype; the root alone has None.
@@ -382,9 +379,8 @@ def _wider_fix(value: Any, t: type) -> str:
 
 
 def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:
-    """``convert(value, linked, i)``: a weak value as numpy type ``t`` (what parameter ``i`` of
-    ``linked`` took), or an ``OverflowError`` naming kernel, parameter and type where it is out
-    of ``weak_range(t)``. One per parameter, made when the launch path is generated."""
+    """``convert(value, linked, i)``: a weak value as numpy type ``t`` (parameter ``i`` of
+    ``linked``), or an ``OverflowError`` naming them where it is out of ``weak_range(t)``."""
     bounds = weak_range(t)
     if bounds is None:
         return lambda value, linked, i: t(value)
