@@ -62,8 +62,7 @@ import_before_fork("jinja2")  # so a child never imports it: a fork never hangs 
 
 
 def _environment() -> jinja2.Environment:
-    """The Jinja environment, made on first use: a process whose renders are on disk never
-    imports Jinja."""
+    """The Jinja environment, made on first use (renders kept on disk need no Jinja)."""
     with _lock():
         if not _env:
             import jinja2
@@ -186,10 +185,8 @@ def _kept_render(template: str, params: dict[str, Any]) -> str:
     filename = f"{hashlib.sha256(blob.encode()).hexdigest()}.py"
     data = diskcache.read_entry(d, filename, _MAX_RENDER)
     if data is not None:
-        try:
+        with contextlib.suppress(UnicodeDecodeError):  # if so, rendered and written again
             return data.decode("utf-8")
-        except UnicodeDecodeError:  # written so by someone else: rendered and written again
-            pass
     source = _environment().get_template(template).render(**params)
     diskcache.write_entry(d, filename, source.encode("utf-8"))
     return source

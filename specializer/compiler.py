@@ -238,8 +238,7 @@ def compile_count() -> int:
 
 
 def _dependencies(job: CompilerJob) -> list[Dependency]:
-    """Every dispatch the job's code depends on: the kernel's, then its callees', transitively.
-    Sets ``job.callees``."""
+    """Every dispatch the job's code depends on (its callees' too); sets ``job.callees``."""
     deps = [(job.mi.method.gf, job.mi.tt, job.mi.method)]
     order: list[MethodInstance] = []
     seen: set[int] = set()
@@ -272,8 +271,7 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
 
 
 def _same_names_note(job: CompilerJob) -> str:
-    """For a failed build: the device functions of one name from different modules that the
-    job compiles together (their C functions may clash), each named with its module."""
+    """For a failed build: a note on each name that device functions of several modules share."""
     by_name: dict[str, list[GenericFunction]] = {}
     for mi in job.callees:
         by_name.setdefault(mi.method.gf.name, []).append(mi.method.gf)

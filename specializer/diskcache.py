@@ -265,7 +265,6 @@ def evict(bound: int) -> int:
     if precompile.generating_output():
         return 0
     files: list[tuple[int, str, int]] = []
-    total = 0
     for name in _LABELS:
         d = private_dir(name, create=False)
         if d is None:
@@ -279,13 +278,10 @@ def evict(bound: int) -> int:
                         continue
                     if stat.S_ISREG(st.st_mode):
                         files.append((st.st_mtime_ns, e.path, st.st_size))
-                        total += st.st_size
         except OSError:
             continue
-    if total <= bound:
-        return total
-    files.sort()
-    for _, path, size in files:
+    total = sum(size for _, _, size in files)
+    for _, path, size in sorted(files):
         if total <= bound:
             break
         try:

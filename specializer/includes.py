@@ -96,8 +96,7 @@ def scan(
 
 
 def _directives(text: str) -> str:
-    """``text`` with line continuations spliced and comments made one space (C's phases 2
-    and 3), so that a directive split or commented inside reads as one line."""
+    """``text`` as C's phases 2 and 3 leave it: continuations spliced, comments one space."""
     return _LEXEME.sub(
         lambda m: " " if m.group().startswith("/") else m.group(), _SPLICE.sub("", text)
     )

@@ -67,14 +67,6 @@ def _scalar_type(t: Any) -> type[np.generic]:
     )
 
 
-def _canonical(t: type[np.generic]) -> type[np.generic]:
-    """The one scalar type of ``t``'s dtype (``np.int64`` for ``np.longlong`` on Linux), so an
-    array's type does not depend on which spelling came first (SPEC 8)."""
-    if t not in _CONCRETE_SCALARS:  # np.floating, ...: an abstract type is its own
-        return t
-    return cast("type[np.generic]", np.dtype(np.dtype(t).str).type)
-
-
 def _whole_dtype(t: Any) -> np.dtype | None:
     """``t`` as a dtype where the scalar type alone would lose what it is: a structured or
     other void dtype (its fields and layout). ``None`` for a dtype its scalar type names."""
@@ -109,8 +101,11 @@ class _ArrayMeta(_ArgTypeMeta):
         cached = family._interned.get(t)
         if cached is not None:
             return cached
-        if whole is None and _canonical(t) is not t:  # np.longlong: np.int64's class
-            cached = family[_canonical(t)]
+        # One class per dtype, whichever spelling came first (SPEC 8): np.int64's for np.longlong
+        # on Linux; an abstract type (np.floating) is its own.
+        canonical = np.dtype(np.dtype(t).str).type if t in _CONCRETE_SCALARS else t
+        if canonical is not t:
+            cached = family[canonical]
             with _intern_lock():
                 return family._interned.setdefault(t, cached)
         with _intern_lock():
@@ -363,8 +358,7 @@ def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
 
 
 def _wider_fix(value: Any, t: type) -> str:
-    """What to do about ``value`` out of ``t``'s range: the narrowest wider type that holds
-    it, else a value in range."""
+    """What to do about ``value`` out of ``t``'s range: a wider type that holds it, or not."""
     kind = issubclass(t, np.integer)
     for w in _WIDER:
         if issubclass(w, np.integer) != kind or np.dtype(w).itemsize < np.dtype(t).itemsize:
