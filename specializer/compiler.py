@@ -87,25 +87,21 @@ _E = TypeVar("_E", bound=BaseException)
 class CompilerConfig:
     """A back-end and its (hashable) options: what besides the method instance decides the code."""
 
-    __slots__ = ("_hash", "_key", "backend", "options")
+    __slots__ = ("_key", "backend", "options")
 
     def __init__(self, backend: Backend, options: Hashable = ()) -> None:
         self.backend = backend
         self.options = options
-        self._hash = hash((id(backend), options))
-        # the code cache's key: a small int per (backend, options), so a find hashes an int
+        # the code cache's key and the config's identity: a small int per (backend, options),
+        # so a find hashes an int (while a config holds the backend, no other has its id)
         with _config_lock():
             self._key = _config_keys.setdefault((id(backend), options), len(_config_keys))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, CompilerConfig)
-            and self.backend is other.backend
-            and self.options == other.options
-        )
+        return isinstance(other, CompilerConfig) and self._key == other._key
 
     def __hash__(self) -> int:
-        return self._hash
+        return self._key
 
     def __repr__(self) -> str:
         return f"CompilerConfig({self.backend.name}, {self.options!r})"

@@ -308,8 +308,7 @@ def resolve_weak(t: type, declared: type) -> type:
         isinstance(declared, type)
         and issubclass(declared, t.family)
         and declared in _CONCRETE_SCALARS
-        and declared is not t.default
-        and not issubclass(t.default, declared)
+        and not issubclass(t.default, declared)  # (nor t.default itself)
     ):
         return declared
     return t.default
