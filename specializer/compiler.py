@@ -175,8 +175,8 @@ def _mark(e: BaseException, attr: str, value: Any) -> None:
 
 
 def users_error(e: _E) -> _E:
-    """Mark ``e``, raised by a back-end as it compiles or links, as an error in what the user
-    wrote (annotations against the body's source): a launch raises it from the user's line."""
+    """Mark ``e``, raised as a back-end compiles or links, as the user's error (annotations vs.
+    the body's source): a launch or lookup raises it without the library's frames between."""
     _mark(e, _USERS, True)
     return e
 

@@ -80,6 +80,11 @@ def _whole_dtype(t: Any) -> np.dtype | None:
     return t if t.kind == "V" else None
 
 
+def _numpy_parents(t: type) -> list[type]:
+    # a function: no loop may stand inside a with of a lock (CPython 3.13, gh-130279)
+    return [b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)]
+
+
 class _ArgTypeMeta(type):
     """What the metaclasses of argument types share: a class's repr is its name."""
 
@@ -103,7 +108,8 @@ class _ArrayMeta(_ArgTypeMeta):
             return cached
         # One class per dtype, whichever spelling came first (SPEC 8): np.int64's for np.longlong
         # on Linux; an abstract type (np.floating) is its own.
-        canonical = np.dtype(np.dtype(t).str).type if t in _CONCRETE_SCALARS else t
+        concrete = whole is None and t in _CONCRETE_SCALARS
+        canonical = np.dtype(np.dtype(t).str).type if concrete else t
         if canonical is not t:
             cached = family[canonical]
             with _intern_lock():
@@ -116,8 +122,7 @@ class _ArrayMeta(_ArgTypeMeta):
                 ns = {"eltype": whole.type, "_whole": whole, "__module__": family.__module__}
                 name = f"{family.__name__}[{whole}]"
             else:
-                parents = [b for b in t.__bases__ if issubclass(b, np.generic)]
-                bases = tuple(map(family.__getitem__, parents)) or (family,)
+                bases = tuple(map(family.__getitem__, _numpy_parents(t))) or (family,)
                 ns = {"eltype": t, "__module__": family.__module__}
                 name = f"{family.__name__}[{type_name(t)}]"
             cls_ = cast("type[DeviceArray[Any]]", _ArrayMeta(name, bases, ns))
