@@ -250,10 +250,7 @@ Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
 def weak_type(value: Any) -> type[WeakScalar] | None:
     """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``), as of
     the scalar itself (``bool`` before ``int``); None for anything else."""
-    for py in (bool, int, float):
-        if isinstance(value, py):
-            return WEAK[py]
-    return None
+    return next((WEAK[py] for py in (bool, int, float) if isinstance(value, py)), None)
 
 
 def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
