@@ -1,13 +1,12 @@
 """Generated functions: Jinja templates rendered to Python source, exec'd, and kept reviewable.
 
-As Julia's ``@generated`` functions, a template receives names and counts, never values: every
-value a generated function needs is bound as a default or a global of its own namespace, so
-nothing a user controls becomes code. Each function's source is registered with ``linecache``
-so tracebacks and ``inspect.getsource`` show the real lines.
+As with Julia's ``@generated``, a template receives names and counts, never values (those are
+bound as defaults or globals), so nothing a user controls becomes code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import itertools
@@ -63,10 +62,7 @@ import_before_fork("jinja2")  # so a child never imports it: a fork never hangs 
 
 
 def _environment() -> jinja2.Environment:
-    """The Jinja environment, made on first use (a process whose renders are on disk never
-    imports Jinja)."""
-    if _env:
-        return _env[0]
+    """The Jinja environment, made on first use (renders kept on disk need no Jinja)."""
     with _lock():
         if not _env:
             import jinja2
@@ -108,6 +104,15 @@ _released: deque[tuple[int, GeneratedSource]] = deque(maxlen=RELEASED_KEPT)
 _counts: dict[str, int] = {}
 _serial = itertools.count()
 _lock = new_lock()  # re-entrant: a finalizer may run while a generation holds it
+#: the function's name in a kept render: text no template spells and no parameter holds
+#: (checked: where one does, the render keeps its real name)
+NAME = "_specializer_generated_name_"
+#: bytes: a render kept on disk larger than this is not read
+_MAX_RENDER = 1 << 22
+#: (the template files' names, sizes and modification times, the digest of their contents)
+_identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
+#: the blocks of templates/entry.py.j2 a back-end's template fills
+_BLOCKS = ("setup", "where", "call_where", "unguarded", "launch", "guard")
 
 
 def generated_sources() -> list[GeneratedSource]:
@@ -115,11 +120,7 @@ def generated_sources() -> list[GeneratedSource]:
     :data:`RELEASED_KEPT` of those released since (so memory stays bounded)."""
     with _lock():
         records = [*_released, *_generated.values()]
-    return [g for _, g in sorted(records, key=_first)]
-
-
-def _first(record: tuple[int, GeneratedSource]) -> int:
-    return record[0]
+    return [g for _, g in sorted(records, key=lambda record: record[0])]
 
 
 def identifier(*parts: object, limit: int = 96) -> str:
@@ -134,19 +135,16 @@ def identifier(*parts: object, limit: int = 96) -> str:
 
 def _check_param(key: str, value: object) -> None:
     """Templates get identifiers, ints and bools (or lists of them), never arbitrary values."""
-    if isinstance(value, (bool, int)):
-        return
-    if isinstance(value, str):
-        if value.isidentifier() and not keyword.iskeyword(value):
-            return
-    elif isinstance(value, (list, tuple)):
+    if isinstance(value, (list, tuple)):
         for v in value:
             _check_param(key, v)
-        return
-    raise TypeError(
-        f"template parameter {key}={value!r} is not an identifier, an int or a bool: "
-        "values must be bound as defaults or globals, never rendered into source"
-    )
+    elif not isinstance(value, (bool, int)) and not (
+        isinstance(value, str) and value.isidentifier() and not keyword.iskeyword(value)
+    ):
+        raise TypeError(
+            f"template parameter {key}={value!r} is not an identifier, an int or a bool: "
+            "values must be bound as defaults or globals, never rendered into source"
+        )
 
 
 def add_template_dir(path: str | os.PathLike[str]) -> None:
@@ -167,9 +165,8 @@ def render(template: str, **params: Any) -> str:
     """Render ``templates/<template>`` with identifiers and ints only.
 
     A render depends only on the template files, Jinja and ``params``, so it is kept on disk
-    (:func:`template_cache_dir`) and the next process skips importing Jinja, most of its cold
-    start. It is kept with :data:`NAME` for the function's name, put in after the read, so
-    every kernel of one shape shares one kept render (the cache map in ``docs/design.md``)."""
+    (:func:`template_cache_dir`) and the next process skips importing Jinja. It is kept with
+    :data:`NAME` for the function's name, so kernels of one shape share one kept render."""
     for k, v in params.items():
         _check_param(k, v)
     name = params.get("name")
@@ -177,11 +174,6 @@ def render(template: str, **params: Any) -> str:
         params = {**params, "name": NAME}
         return _kept_render(template, params).replace(NAME, name)
     return _kept_render(template, params)
-
-
-#: the function's name in a kept render: text no template spells and no parameter holds
-#: (checked: where one does, the render keeps its real name)
-NAME = "_specializer_generated_name_"
 
 
 def _kept_render(template: str, params: dict[str, Any]) -> str:
@@ -193,21 +185,11 @@ def _kept_render(template: str, params: dict[str, Any]) -> str:
     filename = f"{hashlib.sha256(blob.encode()).hexdigest()}.py"
     data = diskcache.read_entry(d, filename, _MAX_RENDER)
     if data is not None:
-        try:
+        with contextlib.suppress(UnicodeDecodeError):  # if so, rendered and written again
             return data.decode("utf-8")
-        except UnicodeDecodeError:  # written so by someone else: rendered and written again
-            pass
     source = _environment().get_template(template).render(**params)
     diskcache.write_entry(d, filename, source.encode("utf-8"))
     return source
-
-
-#: bytes: a render kept on disk larger than this is not read
-_MAX_RENDER = 1 << 22
-
-
-#: (the template files' names, sizes and modification times, the digest of their contents)
-_identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
 
 
 def _templates_identity() -> str:
@@ -234,17 +216,8 @@ def _jinja_identity() -> str:
     return f"{spec.origin}\0{st.st_size}\0{st.st_mtime_ns}"
 
 
-def _unique(base: str) -> str:
-    """``base`` the first time, then ``base__2``, ``base__3``, ...: constant time, and never
-    a name used before, since :func:`identifier` never makes a name with ``__`` in it."""
-    n = _counts.get(base, 0) + 1
-    _counts[base] = n
-    return base if n == 1 else f"{base}__{n}"
-
-
 def _forget(name: str, filename: str) -> None:
-    """A generated function was released: its record joins the released, its lines leave
-    linecache."""
+    """A generated function was released: its record joins the released, its lines go."""
     with _lock():
         record = _generated.pop(name, None)
         if record is not None:
@@ -262,7 +235,11 @@ def generate(
     """Render ``template`` (with ``name`` and ``params``) as a function named from
     ``name_parts``, exec it with ``namespace`` as its globals, register its source, return it."""
     with _lock():
-        name = _unique(identifier(*name_parts))
+        # base, then base__2, ...: never a name used before (identifier() makes none with __)
+        base = identifier(*name_parts)
+        n = _counts.get(base, 0) + 1
+        _counts[base] = n
+        name = base if n == 1 else f"{base}__{n}"
         source = render(template, name=name, **params)
         filename = f"<specializer {name}>"
         try:
@@ -325,10 +302,6 @@ def template_error(
     )
 
 
-#: the blocks of templates/entry.py.j2 a back-end's template fills
-_BLOCKS = ("setup", "where", "call_where", "unguarded", "launch", "guard")
-
-
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename, so no reader (and no
     failure) ever sees a half-written file. Refused in precompile-output mode."""
@@ -340,8 +313,6 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> None:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

@@ -1,16 +1,12 @@
 """Compiler jobs, the compiled-code cache with world ranges, and compile hooks.
 
-A back-end implements :class:`Backend`: ``compile(job)`` makes an artifact (device code with a
-``.source``, no context in it), ``link(job, artifact, context)`` what a launch needs in one
-context. The cache keeps code instances in the method instance (``MethodInstance.code``, as
-Julia does), so a dropped kernel is freed with its code; each is valid over a range of worlds
-that backedges on every dispatch it used (its callees' included) close. Only code the latest
-world or a live pin's world can reach is kept: a cache entry holds one open code instance plus
-at most one per pinned world. The cache map in ``docs/design.md`` has the rest.
+Code lives in its method instance (as in Julia), so a dropped kernel frees its code; a cache
+entry keeps one open code instance plus at most one per pinned world (``docs/design.md``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -56,24 +52,23 @@ class CompileError(RuntimeError):
 
 
 class Backend(ABC):
-    """The small interface each back-end implements (see the module docstring)."""
+    """The small interface each back-end implements (``docs/backend.md``)."""
 
     #: a short name for messages ("opencl", "cuda")
     name: str = "backend"
 
     @abstractmethod
     def compile(self, job: CompilerJob) -> Artifact:
-        """Compile ``job`` (from ``job.device_sources()``); raise :class:`CompileError`."""
+        """Compile ``job`` (from ``job.device_sources()``) into an artifact with no context in
+        it; raise :class:`CompileError`."""
 
     @abstractmethod
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
         """Make ``artifact`` usable in ``context``; the result is cached per context."""
 
     def relink(self, job: CompilerJob, artifact: Artifact, context: Hashable, linked: Any) -> Any:
-        """A lookup in another world than ``linked`` was last checked in (after a definition
-        or ``bump()``): what to use now. Code that depends only on definitions is the same
-        (the default returns ``linked``); a back-end whose built code depends on files (the
-        headers a source includes) checks them here and builds again if one changed."""
+        """What to use in another world than ``linked`` was last checked in: ``linked`` (the
+        default), or code built again where a file it depends on (an included header) changed."""
         return linked
 
 
@@ -82,31 +77,31 @@ Dependency = tuple[GenericFunction, tuple[type, ...], Method]
 
 _config_keys: dict[tuple[int, Hashable], int] = {}
 _config_lock = new_lock(reentrant=False)
+#: the attribute of an error raised by a method body that holds its traceback from the body on
+_BODY_TB = "_specializer_body_traceback"
+#: the attribute that marks an error as the user's (users_error)
+_USERS = "_specializer_users_error"
+_E = TypeVar("_E", bound=BaseException)
 
 
 class CompilerConfig:
     """A back-end and its (hashable) options: what besides the method instance decides the code."""
 
-    __slots__ = ("_hash", "_key", "backend", "options")
+    __slots__ = ("_key", "backend", "options")
 
     def __init__(self, backend: Backend, options: Hashable = ()) -> None:
         self.backend = backend
         self.options = options
-        self._hash = hash((id(backend), options))
-        # A small int per distinct (backend, options): the compiled-code cache's key holds
-        # it, so finding code hashes an int, never this class's own (Python) __hash__.
+        # the code cache's key and the config's identity: a small int per (backend, options),
+        # so a find hashes an int (while a config holds the backend, no other has its id)
         with _config_lock():
             self._key = _config_keys.setdefault((id(backend), options), len(_config_keys))
 
     def __eq__(self, other: object) -> bool:
-        return (
-            isinstance(other, CompilerConfig)
-            and self.backend is other.backend
-            and self.options == other.options
-        )
+        return isinstance(other, CompilerConfig) and self._key == other._key
 
     def __hash__(self) -> int:
-        return self._hash
+        return self._key
 
     def __repr__(self) -> str:
         return f"CompilerConfig({self.backend.name}, {self.options!r})"
@@ -136,20 +131,20 @@ class CompilerJob:
         return f"CompilerJob({self.mi!r}, {self.config!r}, world={self.world})"
 
 
-#: the attribute of an error raised by a method body that holds its traceback from the body on
-_BODY_TB = "_specializer_body_traceback"
-
-
 def _generate(mi: MethodInstance) -> str:
     """Call ``mi``'s method body: its error keeps its traceback from the body on and gains a
     note naming the method; a body returning no str is a TypeError saying what to return."""
-    fn = mi.method.fn
     try:
-        src = fn(*mi.tt)
+        src = mi.method.fn(*mi.tt)
     except Exception as e:
         tb = e.__traceback__
-        _mark(e, tb.tb_next if tb is not None else None)
-        _add_note(e, f"(raised by the body of {_where(mi)} as it generated device source)")
+        _mark(e, _BODY_TB, tb.tb_next if tb is not None else None)
+        note = f"(raised by the body of {_where(mi)} as it generated device source)"
+        if hasattr(e, "add_note"):  # 3.11+
+            e.add_note(note)
+        else:  # 3.10: PEP 678's attribute, which pytest and the exceptiongroup backport print
+            with contextlib.suppress(AttributeError):
+                e.__notes__ = [*getattr(e, "__notes__", ()), note]  # type: ignore[attr-defined]
         raise
     if not isinstance(src, str):
         got = "None" if src is None else f"a {type(src).__name__}"
@@ -158,7 +153,7 @@ def _generate(mi: MethodInstance) -> str:
             f"that defines {mi.method.gf.name}; end every path through it with "
             "`return <source>`"
         )
-        _mark(error, None)
+        _mark(error, _BODY_TB, None)
         raise error
     return src
 
@@ -174,37 +169,15 @@ def _where(mi: MethodInstance) -> str:
     return where
 
 
-def _mark(e: BaseException, tb: Any) -> None:
-    try:
-        setattr(e, _BODY_TB, tb)
-    except AttributeError:  # an exception type that takes no attributes: kept whole
-        pass
-
-
-def _add_note(e: BaseException, note: str) -> None:
-    if hasattr(e, "add_note"):  # 3.11+
-        e.add_note(note)
-    else:  # 3.10: PEP 678's attribute, which pytest and the exceptiongroup backport print
-        try:
-            e.__notes__ = [*getattr(e, "__notes__", ()), note]  # type: ignore[attr-defined]
-        except AttributeError:
-            pass
-
-
-#: the attribute that marks an error as the user's (users_error)
-_USERS = "_specializer_users_error"
-
-_E = TypeVar("_E", bound=BaseException)
+def _mark(e: BaseException, attr: str, value: Any) -> None:
+    with contextlib.suppress(AttributeError):  # an exception type that takes no attributes
+        setattr(e, attr, value)
 
 
 def users_error(e: _E) -> _E:
-    """Mark ``e``, which a back-end raises as it compiles or links, as an error in what the
-    user wrote (a method's annotations against the source its body returned): a launch or
-    lookup raises it without the library's frames between it and the user's line."""
-    try:
-        setattr(e, _USERS, True)
-    except AttributeError:  # an exception type that takes no attributes: raised as it is
-        pass
+    """Mark ``e``, raised as a back-end compiles or links, as the user's error (annotations vs.
+    the body's source): a launch or lookup raises it without the library's frames between."""
+    _mark(e, _USERS, True)
     return e
 
 
@@ -214,9 +187,8 @@ def is_users_error(e: BaseException) -> bool:
 
 
 def body_traceback(e: BaseException) -> tuple[bool, Any]:
-    """``(True, tb)`` for an error raised by (or about) a method body as it generated device
-    source: ``tb`` is its traceback from the body on (None when the body returned no str), so
-    a launch re-raises it without the library's frames between; ``(False, None)`` otherwise."""
+    """``(True, tb)`` for an error raised by (or about) a method body generating device source,
+    ``tb`` its traceback from the body on (or None), so a launch re-raises it from there."""
     if _BODY_TB in getattr(e, "__dict__", ()):
         return True, e.__dict__[_BODY_TB]
     return False, None
@@ -246,13 +218,11 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
-#: Every code instance kept, for :func:`forget_context`: ``id`` -> a weak reference, with no
-#: callback (it would run in a definition's sweep, where an interrupt would be lost): pruned
-#: when the registry has doubled since it last was (``_live_mark``).
+#: Every code instance kept, for :func:`forget_context`, by id; weak references with no callback
+#: (one would run in a definition's sweep, where an interrupt is lost), pruned when doubled.
 _live: dict[int, weakref.ref[CodeInstance]] = {}
 _live_mark = 64
-#: Closed code instances a live pin's world may still use, for :func:`_sweep`: ``id`` -> a
-#: weak reference (the method instance owns the code).
+#: Closed code instances a live pin's world may still use, for :func:`_sweep` (weakly, by id).
 _retained: dict[int, weakref.ref[CodeInstance]] = {}
 _cache_lock = new_lock()
 _compiles = 0
@@ -264,8 +234,7 @@ def compile_count() -> int:
 
 
 def _dependencies(job: CompilerJob) -> list[Dependency]:
-    """Every dispatch the job's code depends on: the kernel's, then its callees', transitively.
-    Sets ``job.callees``."""
+    """Every dispatch the job's code depends on (its callees' too); sets ``job.callees``."""
     deps = [(job.mi.method.gf, job.mi.tt, job.mi.method)]
     order: list[MethodInstance] = []
     seen: set[int] = set()
@@ -281,7 +250,13 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
             try:
                 cmi = gf.methodinstance((), job.world)
             except MethodError:
-                raise _no_callee(job, method, gf) from None
+                sig = signature(method.gf.name, method.signature)
+                raise CompileError(
+                    f"kernel {job.name} cannot be compiled: {sig} calls device function "
+                    f"{gf.name} (in its callees=), which has no method in world {job.world} "
+                    f"(its method was deleted with {gf.name}.delete_method). Define {gf.name} "
+                    "again, or define the caller again without it in callees="
+                ) from None
             deps.append((gf, (), cmi.method))
             visit(cmi.method, (*path, gf))
             order.append(cmi)
@@ -291,19 +266,8 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
     return deps
 
 
-def _no_callee(job: CompilerJob, caller: Method, gf: GenericFunction) -> CompileError:
-    """The error for a callee with no method in the job's world (its one method deleted)."""
-    return CompileError(
-        f"kernel {job.name} cannot be compiled: {signature(caller.gf.name, caller.signature)} "
-        f"calls device function {gf.name} (in its callees=), which has no method in world "
-        f"{job.world} (its method was deleted with {gf.name}.delete_method). Define "
-        f"{gf.name} again, or define the caller again without it in callees="
-    )
-
-
 def _same_names_note(job: CompilerJob) -> str:
-    """For a failed build: the device functions of one name from different modules that the
-    job compiles together (their C functions may clash), each named with its module."""
+    """For a failed build: a note on each name that device functions of several modules share."""
     by_name: dict[str, list[GenericFunction]] = {}
     for mi in job.callees:
         by_name.setdefault(mi.method.gf.name, []).append(mi.method.gf)
@@ -327,10 +291,6 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
         raise
     _compiles += 1
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
-
-
-def _track(registry: dict[int, weakref.ref[CodeInstance]], ci: CodeInstance) -> None:
-    registry[id(ci)] = weakref.ref(ci)
 
 
 def _tracked(
@@ -363,16 +323,15 @@ def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
     that publishes it, so no interrupt leaves code in the cache that no definition could end."""
     mi, key = job.mi, job.config._key
     with _world.lock():
-        # A definition made since the job's world ran before these edges existed: if any
-        # dispatch changed since, trust this code in its own world only (and register
-        # nothing: no later definition can end a range that is already closed).
+        # A definition since the job's world ran before these edges existed: if it changed a
+        # dispatch, the code holds in its own world only (no edges: its range is closed).
         latest = _world.latest()
         if latest != job.world and any(gf.dispatches_to(tt, latest) is not m for gf, tt, m in deps):
             ci.max_world = job.world
-            _track(_retained, ci)  # released once no pin needs it
+            _retained[id(ci)] = weakref.ref(ci)  # released once no pin needs it
         else:
             register_backedges(ci, deps)
-        _track(_live, ci)
+        _live[id(ci)] = weakref.ref(ci)
         global _live_mark
         if len(_live) >= _live_mark:  # doubled since the last pruning: prune again
             _live_mark = 2 * max(64, len(_tracked(_live, prune=True)))
@@ -380,37 +339,30 @@ def _store(job: CompilerJob, ci: CodeInstance, deps: list[Dependency]) -> None:
 
 
 def _find(job: CompilerJob) -> CodeInstance | None:
-    w = job.world
-    for ci in job.mi.code.get(job.config._key, ()):
-        if ci.min_world <= w <= ci.max_world:
-            return ci
-    return None
+    return next((ci for ci in job.mi.code.get(job.config._key, ()) if ci.valid(job.world)), None)
 
 
 def _sweep(ended: list[Any], after: bool) -> None:
-    """A definition's part in the cache, with the world lock held: before it closes the code
-    instances ``ended`` they are recorded (``_retained``); after its world is published, each
-    recorded one no live pin's world can use is dropped with its linked handles. (An
-    interrupt between the two leaves the record for the next definition's sweep.)"""
+    """A definition's part in the cache (world lock held): before, record the code instances
+    ``ended`` in ``_retained``; after its world is published, drop each recorded one no live
+    pin can use. An interrupt between the two leaves the record to the next sweep."""
     if not after:
         for ci in ended:
             if isinstance(ci, CodeInstance):
-                _track(_retained, ci)
+                _retained[id(ci)] = weakref.ref(ci)
         return
     pinned = _world.pinned_worlds()
     latest = _world.latest()
     for ci in _tracked(_retained, prune=True):
-        if ci.max_world >= latest:  # not closed after all (its definition was undone)
-            _retained.pop(id(ci), None)
-            continue
-        if any(ci.min_world <= w <= ci.max_world for w in pinned):
-            continue
-        code, key = ci.mi.code, ci.config._key
-        kept = tuple(c for c in code.get(key, ()) if c is not ci)
-        if kept:
-            code[key] = kept
-        else:
-            code.pop(key, None)
+        if ci.max_world < latest:  # closed (unless its definition was undone)
+            if any(ci.valid(w) for w in pinned):
+                continue
+            code, key = ci.mi.code, ci.config._key
+            kept = tuple(c for c in code.get(key, ()) if c is not ci)
+            if kept:
+                code[key] = kept
+            else:
+                code.pop(key, None)
         _retained.pop(id(ci), None)  # after the cache lets it go: a record never outlives less
 
 
@@ -428,12 +380,10 @@ _world.on_unpinned.append(_release_for_dead_pins)
 
 
 def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance, Any]:
-    """The compiled-code cache: the code instance valid in ``job.world`` (compiled on a miss)
-    and its linked form for ``context`` (linked on a miss). Compile hooks see every call.
-    Code that fails to compile or to link is not kept.
-
-    One re-entrant lock covers the cache, like CUDA.jl's ``cufunction_lock``: back-ends and
-    hooks need not be thread-safe and may look kernels up; hits take no lock."""
+    """The compiled-code cache: the code instance valid in ``job.world`` and its linked form for
+    ``context``, each made on a miss; code that fails either is not kept. Hooks see every call.
+    One re-entrant lock covers the cache, like CUDA.jl's ``cufunction_lock``: back-ends and hooks
+    need not be thread-safe and may look kernels up; hits take no lock."""
     with _cache_lock():  # straight-line (its loops are in called functions): see world
         deps = None
         ci = _find(job)

@@ -1,15 +1,13 @@
 """Files a process keeps for the next one, private to the user and never trusted blindly.
 
-The CUDA back-end's NVRTC output and :mod:`specializer.codegen`'s rendered templates (Python
-source that is exec'd) live in ``$SPECIALIZER_CACHE_DIR/<name>`` (empty or ``0``: off) or under
-the user's cache directory, bounded together by ``SPECIALIZER_CACHE_MAXSIZE`` (least recently
-used out first). Directories are ``0700``; a file is read only when it is the user's own regular
-file that no one else can write; an entry ends in a digest checked on read; nothing here raises,
-and nothing is written in precompile-output mode. ``docs/design.md`` has the rules and why.
+Directories are ``0700``; a file is read only when it is the user's own that no one else can
+write, and its digest checks; nothing here raises or writes in precompile-output mode
+(``docs/design.md`` has the rules and why).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -56,29 +54,13 @@ _OPEN_FLAGS = (
 )
 #: how a warning names each cache
 _LABELS = {"cuda": "CUDA disk cache", "templates": "disk cache of rendered templates"}
+_DIGEST_SIZE = hashlib.sha256().digest_size
 _warned: set[tuple[str, str]] = set()  # what was warned about: one warning each
 _warned_lock = new_lock(reentrant=False)
 #: the caches' size as this process counts it: (their root, the bytes its regular files took
 #: when it last looked, plus what it wrote since); none before its first write
 _usage: list[tuple[str, int]] = []
 _usage_lock = new_lock(reentrant=False)
-
-
-def _home() -> Path | None:
-    """The user's home directory, or ``None`` with one warning (no ``HOME``, no passwd entry)."""
-    try:
-        home = Path.home()
-    except (RuntimeError, KeyError, OSError):
-        home = None
-    if home is not None and home.is_absolute():
-        return home
-    _warn_once(
-        ("", "home"),
-        "specializer: the disk caches are off: there is no home directory (HOME is unset or "
-        f"relative, and no passwd entry gives one). Set {ENV_VAR} to a directory of your own "
-        "to keep them.",
-    )
-    return None
 
 
 def default_dir() -> Path | None:
@@ -88,8 +70,18 @@ def default_dir() -> Path | None:
     xdg = os.environ.get("XDG_CACHE_HOME", "")
     if sys.platform not in ("win32", "darwin") and os.path.isabs(xdg):  # XDG: relative: ignored
         return Path(xdg) / "specializer"
-    home = _home()
-    if home is None:
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError, OSError):  # no HOME, no passwd entry
+        home = None
+    if home is None or not home.is_absolute():
+        _warn_once(
+            ("", "home"),
+            "specializer: the disk caches are off: there is no home directory (HOME is unset or "
+            f"relative, and no passwd entry gives one). Set {ENV_VAR} to a directory of your "
+            "own to keep them.",
+            stacklevel=3,
+        )
         return None
     if sys.platform == "win32":
         return home / "AppData" / "Local" / "specializer" / "Cache"
@@ -101,13 +93,10 @@ def default_dir() -> Path | None:
 def cache_dir(name: str) -> Path | None:
     """The directory of the cache ``name`` (``"cuda"``), or ``None`` when the caches are off."""
     value = os.environ.get(ENV_VAR)
-    if value is None:
-        d = default_dir()
-        return None if d is None else d / name
-    value = value.strip()
-    if value in ("", "0"):
+    if value is not None and value.strip() in ("", "0"):
         return None
-    return Path(value).expanduser() / name
+    d = default_dir() if value is None else Path(value.strip()).expanduser()
+    return None if d is None else d / name
 
 
 def max_size() -> int:
@@ -144,22 +133,12 @@ def _not_private(st: os.stat_result, kind: int) -> str | None:
     return None
 
 
-def _warn_once(key: tuple[str, str], message: str) -> None:
+def _warn_once(key: tuple[str, str], message: str, stacklevel: int = 4) -> None:
     with _warned_lock():
         if key in _warned:
             return
         _warned.add(key)
-    warnings.warn(message, RuntimeWarning, stacklevel=4)
-
-
-def _refuse(root: Path, name: str, why: str) -> None:
-    """Warn, once per root and process, that the cache at ``root`` is not used."""
-    _warn_once(
-        (str(root), name),
-        f"specializer: the {_LABELS.get(name, name)} at {root} is not used: {why}, and the "
-        f"cache is private to the user. Point {ENV_VAR} at a directory of your own (chmod 700), or "
-        "set it empty to turn the cache off.",
-    )
+    warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
 
 
 def private_dir(name: str, create: bool) -> Path | None:
@@ -169,11 +148,7 @@ def private_dir(name: str, create: bool) -> Path | None:
     if d is None:
         return None
     if create and not precompile.generating_output():  # the mode makes no directory
-        missing = []
-        p = d
-        while not os.path.lexists(p) and p.parent != p:
-            missing.append(p)
-            p = p.parent
+        missing = [p for p in (d, *d.parents) if not os.path.lexists(p)]
         try:
             for p in reversed(missing):
                 try:
@@ -190,8 +165,14 @@ def private_dir(name: str, create: bool) -> Path | None:
         return None
     for what, st in (("it", root), (f"its {name}/", own)):
         why = _not_private(st, stat.S_IFDIR)
-        if why is not None:
-            _refuse(d.parent, name, f"{what} {why}")
+        if why is not None:  # warned once per root and process
+            _warn_once(
+                (str(d.parent), name),
+                f"specializer: the {_LABELS.get(name, name)} at {d.parent} is not used: {what} "
+                f"{why}, and the cache is private to the user. Point {ENV_VAR} at a directory of "
+                "your own (chmod 700), or set it empty to turn the cache off.",
+                stacklevel=3,
+            )
             return None
     return d
 
@@ -207,8 +188,9 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
-        if touch:
-            _touch(fd, path)
+        if touch:  # mark it used: its modification time
+            with contextlib.suppress(OSError):
+                os.utime(fd if os.utime in os.supports_fd else path)
         chunks, left = [], st.st_size + 1  # one byte more: a file grown meanwhile is seen
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 24))
@@ -238,19 +220,14 @@ def write_private(directory: Path, filename: str, data: bytes) -> bool:
         return True
     except OSError:
         if tmp is not None:
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            except OSError:
-                pass
         return False
 
 
 def _digest(filename: str, payload: bytes) -> bytes:
     """What an entry ends in: the SHA-256 of its file name (its key) and its payload."""
     return hashlib.sha256(filename.encode() + b"\0" + payload).digest()
-
-
-_DIGEST_SIZE = hashlib.sha256().digest_size
 
 
 def read_entry(directory: Path, filename: str, max_size: int) -> bytes | None:
@@ -281,14 +258,6 @@ def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
     return True
 
 
-def _touch(fd: int, path: Path) -> None:
-    """Set the modification time of the file open as ``fd`` (or at ``path``) to now."""
-    try:
-        os.utime(fd if os.utime in os.supports_fd else path)
-    except OSError:
-        pass
-
-
 def evict(bound: int) -> int:
     """Remove the regular files used longest ago from the caches' private directories until
     they take at most ``bound`` bytes together; the bytes they take then. Another process
@@ -296,7 +265,6 @@ def evict(bound: int) -> int:
     if precompile.generating_output():
         return 0
     files: list[tuple[int, str, int]] = []
-    total = 0
     for name in _LABELS:
         d = private_dir(name, create=False)
         if d is None:
@@ -310,13 +278,10 @@ def evict(bound: int) -> int:
                         continue
                     if stat.S_ISREG(st.st_mode):
                         files.append((st.st_mtime_ns, e.path, st.st_size))
-                        total += st.st_size
         except OSError:
             continue
-    if total <= bound:
-        return total
-    files.sort()
-    for _, path, size in files:
+    total = sum(size for _, _, size in files)
+    for _, path, size in sorted(files):
         if total <= bound:
             break
         try:

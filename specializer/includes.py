@@ -1,13 +1,9 @@
-"""The user files a device source includes, for keying built code on their contents.
+"""The user files a device source includes, for keying built code on their contents (SPEC 3).
 
-Every cache of built code is keyed by the contents of every file the source includes from a user
-directory (SPEC 3), so an edited header is built anew, in this process and the next; toolkit and
-system headers are the back-end's to count. The scan reads directives as C's phases 2 and 3 leave
-them and counts every ``#include`` (also under ``#if 0``): quoted ones in the including file's
-directory first, then the in-memory headers and the include directories, in order; one that
-resolves to no user file counts by its name. A computed include counts every file under its
-search path, up to :data:`MAX_FILES` files of :data:`MAX_BYTES`; past that, :func:`keyed` is
-False (see ``docs/limitations.md``).
+The scan reads directives as C's phases 2 and 3 leave them and counts every ``#include`` (also
+under ``#if 0``); one that resolves to no user file counts by its name. A computed include counts
+every file under its search path, up to :data:`MAX_FILES` files of :data:`MAX_BYTES`; past that,
+:func:`keyed` is False (see ``docs/limitations.md``). System headers are the back-end's to count.
 """
 
 from __future__ import annotations
@@ -41,23 +37,15 @@ def include_dirs(options: Sequence[str]) -> list[str]:
     """The absolute paths of the ``-I`` directories in ``options`` (``-Idir``, ``-I dir``,
     ``--include-path=dir``, ``--include-path dir``), in order."""
     out: list[str] = []
-    opts = list(options)
-    i = 0
-    while i < len(opts):
-        o = opts[i].strip()
-        path = None
+    opts = iter(options)
+    for opt in opts:
+        o = opt.strip()
         for flag in ("-I", "--include-path=", "--include-path", "-include-path="):
             if o.startswith(flag):
-                rest = o[len(flag) :]
-                if rest:
-                    path = rest.strip()
-                elif i + 1 < len(opts):
-                    i += 1
-                    path = opts[i].strip()
+                path = o[len(flag) :].strip() or next(opts, "").strip()  # "-I dir": the next
+                if path:
+                    out.append(os.path.abspath(path))
                 break
-        if path:
-            out.append(os.path.abspath(path))
-        i += 1
     return out
 
 
@@ -71,10 +59,9 @@ def scan(
     headers: Mapping[str, str] | None = None,
     source_dir: str | None = None,
 ) -> tuple[tuple[str, str], ...]:
-    """Every include of ``source`` and, recursively, of the user files it includes, as a
-    sorted tuple of ``(name, sha256)``: ``file:<absolute path>``, ``header:<name>`` (in
-    memory), ``unresolved:<name>`` (an empty digest); past the cap, ``unkeyed:<directory>``
-    ends the scan."""
+    """Every include of ``source`` and, recursively, of the user files it includes, as sorted
+    ``(name, sha256)``: ``file:<absolute path>``, ``header:<name>`` (in memory),
+    ``unresolved:<name>`` (empty digest); past the cap, ``unkeyed:<directory>`` ends the scan."""
     headers = dict(headers or {})
     dirs = [os.path.abspath(d) for d in include_dirs]
     found: dict[str, str] = {}
@@ -109,8 +96,7 @@ def scan(
 
 
 def _directives(text: str) -> str:
-    """``text`` with line continuations spliced and comments made one space (C's phases 2
-    and 3), so that a directive split or commented inside reads as one line."""
+    """``text`` as C's phases 2 and 3 leave it: continuations spliced, comments one space."""
     return _LEXEME.sub(
         lambda m: " " if m.group().startswith("/") else m.group(), _SPLICE.sub("", text)
     )
@@ -143,21 +129,17 @@ def _files_under(roots: list[str], walked: set[str], budget: list[int]) -> list[
 def _resolve(
     name: str, quoted: bool, here: str | None, headers: dict[str, str], dirs: list[str]
 ) -> tuple[str, str | None, str | None]:
-    """(key, contents or None, the directory of the file found)."""
-    candidates = ([here] if quoted and here else []) + dirs
+    """(key, contents or None, the directory of the file found): a quoted name is looked for
+    in the including file's directory first, then in the in-memory headers, then in ``dirs``."""
     if os.path.isabs(name):
-        found = _read(name)
-        return found if found is not None else (f"unresolved:{name}", None, None)
+        return _read(name) or (f"unresolved:{name}", None, None)
+    if quoted and here and (found := _read(os.path.join(here, name))):
+        return found
     if name in headers:
-        if quoted and here:  # the including file's directory comes first
-            path = _read(os.path.join(here, name))
-            if path is not None:
-                return path
         return f"header:{name}", headers[name], None
-    for d in candidates:
-        path = _read(os.path.join(d, name))
-        if path is not None:
-            return path
+    for d in dirs:
+        if found := _read(os.path.join(d, name)):
+            return found
     return f"unresolved:{name}", None, None
 
 

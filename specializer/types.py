@@ -1,9 +1,7 @@
 """Kernel argument types: numpy scalar types and interned parametric array types.
 
-Scalars are numpy scalar classes, whose hierarchy gives the subtype relation. Each back-end's
-array family (a :class:`DeviceArray` subclass) makes one interned class per ``Array[T]``, built
-along numpy's hierarchy: ``Array[np.float32] <: Array[np.floating] <: Array[np.generic]``.
-Every argument type pickles by reference, to the same interned class in any process.
+Array types follow numpy's hierarchy (``Array[np.float32] <: Array[np.floating]``), one interned
+class each; every argument type pickles by reference, to the same class in any process.
 """
 
 from __future__ import annotations
@@ -37,6 +35,10 @@ __all__ = [
 ]
 
 _intern_lock = new_lock()
+_structs: dict[np.dtype, type[Struct]] = {}
+_CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
+#: the types a weak value out of a narrower one's range may take instead, narrowest first
+_WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
 
 #: The element type parameter of an array family, for type checkers: ``Array[np.float32]``
 #: is then a subtype of ``Array[np.floating]`` for them as it is at run time.
@@ -65,14 +67,6 @@ def _scalar_type(t: Any) -> type[np.generic]:
     )
 
 
-def _canonical(t: type[np.generic]) -> type[np.generic]:
-    """The one scalar type of ``t``'s dtype (``np.int64`` for ``np.longlong`` on Linux), so an
-    array's type does not depend on which spelling came first (SPEC 8)."""
-    if t not in _CONCRETE_SCALARS:  # np.floating, ...: an abstract type is its own
-        return t
-    return cast("type[np.generic]", np.dtype(np.dtype(t).str).type)
-
-
 def _whole_dtype(t: Any) -> np.dtype | None:
     """``t`` as a dtype where the scalar type alone would lose what it is: a structured or
     other void dtype (its fields and layout). ``None`` for a dtype its scalar type names."""
@@ -83,23 +77,28 @@ def _whole_dtype(t: Any) -> np.dtype | None:
             f"dtype {t} has non-native byte order: kernels read native-order values "
             "(convert with arr.astype(arr.dtype.newbyteorder('='))"
         )
-    if t.kind == "V":
-        return t
-    return None
+    return t if t.kind == "V" else None
 
 
 def _numpy_parents(t: type) -> list[type]:
+    # a function: no loop may stand inside a with of a lock (CPython 3.13, gh-130279)
     return [b for b in t.__bases__ if isinstance(b, type) and issubclass(b, np.generic)]
 
 
-class _ArrayMeta(type):
+class _ArgTypeMeta(type):
+    """What the metaclasses of argument types share: a class's repr is its name."""
+
+    def __repr__(cls) -> str:
+        return cls.__name__
+
+
+class _ArrayMeta(_ArgTypeMeta):
     """Metaclass of array families: ``Family[T]`` is the interned class for a numpy scalar
     type or dtype ``T`` (a structured dtype kept whole, below ``Family[np.void]``)."""
 
     def __getitem__(cls, eltype: Any) -> type[DeviceArray[Any]]:
         if isinstance(eltype, TypeVar) and cls.__dict__.get("eltype") is None:
-            # ``class Array(DeviceArray[T])``, a family generic for type checkers: the family
-            # root itself (so its bases are what ``class Array(DeviceArray)`` gives).
+            # ``class Array(DeviceArray[T])``, generic for type checkers: the family root itself
             return cast("type[DeviceArray[Any]]", cls)
         family: type[DeviceArray[Any]] = cls._family_root  # type: ignore[attr-defined]
         whole = _whole_dtype(eltype)
@@ -107,14 +106,17 @@ class _ArrayMeta(type):
         cached = family._interned.get(t)
         if cached is not None:
             return cached
-        if whole is None and _canonical(t) is not t:  # np.longlong: np.int64's class
-            cached = family[_canonical(t)]
+        # One class per dtype, whichever spelling came first (SPEC 8): np.int64's for np.longlong
+        # on Linux; an abstract type (np.floating) is its own.
+        concrete = whole is None and t in _CONCRETE_SCALARS
+        canonical = np.dtype(np.dtype(t).str).type if concrete else t
+        if canonical is not t:
+            cached = family[canonical]
             with _intern_lock():
                 return family._interned.setdefault(t, cached)
         with _intern_lock():
-            cached = family._interned.get(t)
-            if cached is not None:
-                return cached
+            if t in family._interned:
+                return family._interned[t]
             if whole is not None:
                 bases: tuple[type, ...] = (family[np.void],)
                 ns = {"eltype": whole.type, "_whole": whole, "__module__": family.__module__}
@@ -123,32 +125,28 @@ class _ArrayMeta(type):
                 bases = tuple(map(family.__getitem__, _numpy_parents(t))) or (family,)
                 ns = {"eltype": t, "__module__": family.__module__}
                 name = f"{family.__name__}[{type_name(t)}]"
-            # An _ArrayMeta instance whose bases are the family's classes: a DeviceArray class.
             cls_ = cast("type[DeviceArray[Any]]", _ArrayMeta(name, bases, ns))
             family._interned[t] = cls_
             return cls_
 
-    def __repr__(cls) -> str:
-        return cls.__name__
-
     @property
     def dtype(cls) -> np.dtype | None:
         """``Array[np.float32].dtype``, on the class itself."""
-        return cast("type[DeviceArray[Any]]", cls)._dtype()  # every class of it is a DeviceArray
+        c = cast("type[DeviceArray[Any]]", cls)  # every class of it is a DeviceArray
+        if c._whole is not None:
+            return c._whole
+        return None if c.eltype is None else np.dtype(c.eltype)
 
 
 class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
     """Base of the array families. A back-end subclasses it once:
     ``class Array(DeviceArray[EltypeT_co])`` (generic in ``T`` for type checkers only).
-
     ``Array[np.float32]`` is then a class with ``eltype`` (``np.float32``) and ``dtype``
-    (``np.dtype('float32')``): never instantiated, a type to dispatch on and to hand to a
-    kernel method's body.
+    (``np.dtype('float32')``), never instantiated: a type to dispatch on and hand to a body.
     """
 
     if TYPE_CHECKING:
-        # what a parameter ``x: Array[np.floating]`` has for a type checker (on the class,
-        # the metaclass's ``dtype``; the family roots' is None)
+        # what ``x: Array[np.floating]`` has for a type checker (the roots' is None)
         dtype: np.dtype[EltypeT_co]
 
     eltype: ClassVar[type[np.generic] | None] = None
@@ -163,17 +161,11 @@ class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
 
     _whole: ClassVar[np.dtype | None] = None
 
-    @classmethod
-    def _dtype(cls) -> np.dtype | None:
-        if cls._whole is not None:
-            return cls._whole
-        return None if cls.eltype is None else np.dtype(cls.eltype)
-
     def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray[Any]:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not an array to create")
 
 
-class _StructMeta(type):
+class _StructMeta(_ArgTypeMeta):
     """Metaclass of the struct types: ``Struct[dtype]`` is the interned type of that layout."""
 
     def __getitem__(cls, dtype: Any) -> type[Struct]:
@@ -194,20 +186,15 @@ class _StructMeta(type):
             cached = _structs.get(dt)
             if cached is None:
                 ns = {"dtype": dt, "__module__": __name__}
-                # an _StructMeta instance with Struct as its base: a Struct class
                 cached = cast("type[Struct]", _StructMeta(f"Struct[{dt}]", (Struct,), ns))
                 _structs[dt] = cached
             return cached
 
-    def __repr__(cls) -> str:
-        return cls.__name__
-
 
 class Struct(metaclass=_StructMeta):
-    """The argument type of a struct or vector passed by value: a numpy structured scalar
-    (``np.void`` of a structured dtype, or a 0-d array of one, as ``pyopencl.cltypes``'
-    ``make_float4`` returns). ``Struct[dtype]`` is one type per layout, below ``Struct``; its
-    ``dtype`` is the whole structured dtype, to write the declaration from."""
+    """The argument type of a struct or vector passed by value: a numpy structured scalar (or
+    a 0-d array of one, as ``pyopencl.cltypes``' ``make_float4`` returns). ``Struct[dtype]``
+    is one type per layout, below ``Struct``, its ``dtype`` the whole structured dtype."""
 
     if TYPE_CHECKING:
         # ``Struct[dtype]``, what a method body gets, has its dtype; the root alone has None.
@@ -219,10 +206,7 @@ class Struct(metaclass=_StructMeta):
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
 
 
-_structs: dict[np.dtype, type[Struct]] = {}
-
-
-class _WeakMeta(type):
+class _WeakMeta(_ArgTypeMeta):
     """Metaclass of the weak scalar types: ``Weak[int]`` is the one for Python ``int``."""
 
     def __getitem__(cls, pytype: type) -> type[WeakScalar]:
@@ -231,16 +215,12 @@ class _WeakMeta(type):
         except (KeyError, TypeError):
             raise TypeError(f"Weak[...] takes int, float or bool, got {pytype!r}") from None
 
-    def __repr__(cls) -> str:
-        return cls.__name__
-
 
 class WeakScalar(metaclass=_WeakMeta):
     """The argument type of a Python ``int``, ``float`` or ``bool``: a scalar with no width of
-    its own (as numpy's NEP 50 treats Python scalars). It dispatches as :attr:`default` where
-    a method takes that type (or one above it), else as the concrete type of :attr:`family`
-    the most specific applicable method declares; the value is converted to that type on
-    every launch, with a range check."""
+    its own (as in numpy's NEP 50). It dispatches as :attr:`default` where a method takes that
+    (or a type above it), else as the concrete :attr:`family` type the most specific applicable
+    method declares; each launch converts the value to that type, with a range check."""
 
     #: the Python type whose values have this argument type
     pytype: ClassVar[type]
@@ -253,12 +233,8 @@ class WeakScalar(metaclass=_WeakMeta):
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
 
 
-_CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
-
-
 def _weak(pytype: type, default: type[np.generic], family: type[Any]) -> type[WeakScalar]:
     ns = {"pytype": pytype, "default": default, "family": family, "__module__": __name__}
-    # an _WeakMeta instance with WeakScalar as its base: a WeakScalar class
     return cast("type[WeakScalar]", _WeakMeta(f"Weak[{pytype.__name__}]", (WeakScalar,), ns))
 
 
@@ -274,10 +250,7 @@ Weak = WeakScalar  # ``Weak[int]``, ``Weak[float]``, ``Weak[bool]``
 def weak_type(value: Any) -> type[WeakScalar] | None:
     """The weak type of an instance of a subclass of a Python scalar (an ``IntEnum``), as of
     the scalar itself (``bool`` before ``int``); None for anything else."""
-    for py in (bool, int, float):
-        if isinstance(value, py):
-            return WEAK[py]
-    return None
+    return next((WEAK[py] for py in (bool, int, float) if isinstance(value, py)), None)
 
 
 def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
@@ -291,8 +264,7 @@ def _reduce_argtype(cls: Any) -> str | tuple[Any, ...]:
         return operator.getitem, (Struct, cls.dtype)
     if issubclass(meta, _WeakMeta) and cls is not WeakScalar:
         return operator.getitem, (WeakScalar, cls.pytype)
-    name: str = cls.__qualname__
-    return name  # a root: the class its module defines
+    return str(cls.__qualname__)  # a root: the class its module defines
 
 
 # A metaclass's own __reduce__ is not asked (pickle saves any class as a global): the
@@ -303,10 +275,9 @@ for _meta in (_ArrayMeta, _StructMeta, _WeakMeta):
 
 def argument_type(annotation: Any) -> Any:
     """The argument type a parameter annotation stands for (the hook ``signature_of`` calls).
-    A struct layout is a dtype, which no type checker takes as a type parameter, so
-    ``Annotated[Struct, dtype]`` is ``Struct[dtype]`` and ``Annotated[Array[np.void], dtype]``
-    (or ``Annotated[Array, dtype]``) is ``Array[dtype]``; ``Annotated[T, ...]`` without a
-    dtype is ``T``, anything else itself."""
+    No type checker takes a dtype as a type parameter, so ``Annotated[Struct, dtype]`` is
+    ``Struct[dtype]``, ``Annotated[Array[np.void], dtype]`` (or ``Annotated[Array, dtype]``)
+    ``Array[dtype]``; ``Annotated[T, ...]`` without a dtype is ``T``, anything else itself."""
     if get_origin(annotation) is not Annotated:
         return annotation
     base: Any = annotation.__origin__
@@ -339,36 +310,25 @@ def resolve_weak(t: type, declared: type) -> type:
         isinstance(declared, type)
         and issubclass(declared, t.family)
         and declared in _CONCRETE_SCALARS
-        and declared is not t.default
-        and not issubclass(t.default, declared)
+        and not issubclass(t.default, declared)  # (nor t.default itself)
     ):
         return declared
     return t.default
-
-
-# -- weak values: the range check every back-end makes (SPEC 8) -------------------------------
 
 
 def weak_range(t: type) -> tuple[int, int] | tuple[float, float] | None:
     """The range a Python ``int`` or ``float`` must be in to become a value of numpy type
     ``t`` without wrapping or turning into an infinity: ``iinfo(t)``, or every float that
     rounds to a finite value of ``t`` (so ``3.4028235e38`` fits ``np.float32``, as for
-    ``struct``'s packing); None where every value fits. An infinity or NaN always fits."""
-    if not isinstance(t, type):
-        return None
-    if issubclass(t, np.integer):
+    ``struct``'s packing); None where every value fits. An infinity or NaN always fits (SPEC 8)."""
+    if isinstance(t, type) and issubclass(t, np.integer):
         ii = np.iinfo(t)
         return int(ii.min), int(ii.max)
-    if issubclass(t, np.floating):
-        return _finite_range(t)
-    return None
-
-
-def _finite_range(t: type) -> tuple[float, float] | None:
-    """The Python floats that round to a finite value of float type ``t`` (to nearest, ties
-    to even): those below ``max`` plus half an ulp of it. ``max``'s last mantissa bit is odd
-    (all its bits are set), so that tie itself rounds to an infinity: the bound is the float
-    just below it, exact in a Python float for every type narrower than one."""
+    if not (isinstance(t, type) and issubclass(t, np.floating)):
+        return None
+    # Rounding to nearest, ties to even, the floats below max + half an ulp are finite. max's
+    # last mantissa bit is odd (all set), so that tie rounds to an infinity: the bound is the
+    # float just below it, exact in a Python float for every type narrower than one.
     big = np.finfo(cast(Any, t)).max  # inf for a type wider than float64 (np.longdouble)
     if float(big) >= sys.float_info.max:
         return None
@@ -398,13 +358,8 @@ def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
     )
 
 
-#: the types a weak value out of a narrower one's range may take instead, narrowest first
-_WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
-
-
 def _wider_fix(value: Any, t: type) -> str:
-    """What to do about ``value`` out of ``t``'s range: the narrowest wider type that holds
-    it, else a value in range."""
+    """What to do about ``value`` out of ``t``'s range: a wider type that holds it, or not."""
     kind = issubclass(t, np.integer)
     for w in _WIDER:
         if issubclass(w, np.integer) != kind or np.dtype(w).itemsize < np.dtype(t).itemsize:
@@ -419,16 +374,11 @@ def _wider_fix(value: Any, t: type) -> str:
 
 
 def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:
-    """``convert(value, linked, i)``: a weak value as numpy type ``t`` (what parameter ``i`` of
-    ``linked`` took), or an ``OverflowError`` naming kernel, parameter and type where it is out
-    of ``weak_range(t)``. One per parameter, made when the launch path is generated."""
+    """``convert(value, linked, i)``: a weak value as numpy type ``t`` (parameter ``i`` of
+    ``linked``), or an ``OverflowError`` naming them where it is out of ``weak_range(t)``."""
     bounds = weak_range(t)
     if bounds is None:
-
-        def convert(value: Any, linked: Any, i: int) -> Any:
-            return t(value)
-
-        return convert
+        return lambda value, linked, i: t(value)
     lo, hi = bounds
 
     def convert_ranged(value: Any, linked: Any, i: int) -> Any:
@@ -459,11 +409,9 @@ def type_name(t: Any) -> str:
         short = t.__dict__.get("__argtype_name__")
         if isinstance(short, str):  # a back-end's own argument type: cl.Buffer is "Buffer"
             return short
-        if isinstance(t, (_ArrayMeta, _WeakMeta, _StructMeta)):
+        if isinstance(t, _ArgTypeMeta) or t.__module__ == "builtins":
             return t.__name__
         if t.__module__ == "numpy":
             return f"np.{t.__name__}"
-        if t.__module__ == "builtins":
-            return t.__name__
         return f"{t.__module__}.{t.__qualname__}"
     return repr(t)
