@@ -65,22 +65,13 @@ def check_backend(launcher: Launcher) -> None:
     # One render with a launch argument of each declared guard kind: its entry must
     # assign the where, and its guard must check each argument.
     kinds = list(launcher.guard_kinds)
-    params = launcher._params(
-        (object,) * len(kinds),
-        (object,) * len(kinds),
-        kinds,
-        ["guard_check"] * len(kinds),
-        0,
-        False,
-    )
+    params = launcher._params(kinds, ["guard_check"] * len(kinds), 0, False)
     try:
         tree = checked_render(launcher.template, name="entry_check", **params)
     except SyntaxError:
         # Without arguments first (a block of its own is at fault: the error names it),
         # then each kind alone (one that renders nothing breaks the guard's expression).
-        checked_render(
-            launcher.template, name="entry_check", **launcher._params((), (), [], [], 0, False)
-        )
+        checked_render(launcher.template, name="entry_check", **launcher._params([], [], 0, False))
         for kind in kinds:
             check_guard_kind(launcher, kind, what)
         raise
@@ -105,7 +96,7 @@ def check_backend(launcher: Launcher) -> None:
 
 def check_guard_kind(launcher: Launcher, kind: str, what: str) -> None:
     """Refuse a declared guard kind the template does not render (naming it)."""
-    params = launcher._params((object,), (object,), [kind], ["guard_check"], 0, False)
+    params = launcher._params([kind], ["guard_check"], 0, False)
     try:
         checked = guarded_names(
             ast.parse(codegen.render(launcher.template, name="entry_check", **params))

@@ -293,37 +293,25 @@ class Launcher:
             parts += (f"captured_{ncaptured}",)
         # short enough that `def <name>(`, numbered (__<n>), fits in 100 columns
         parts = (codegen.identifier(*parts, limit=_NAME_LIMIT),)
-        return parts, namespace, self._params(full, resolved, guards, kinds, ncaptured, instance)
+        return parts, namespace, self._params(guards, kinds, ncaptured, instance)
 
     def _params(
-        self,
-        full: tuple[type, ...],
-        resolved: tuple[type, ...],
-        guards: list[str],
-        kinds: list[str],
-        ncaptured: int,
-        instance: bool,
+        self, guards: list[str], kinds: list[str], ncaptured: int, instance: bool
     ) -> dict[str, Any]:
         return {
+            **self.launch_params(),
             "captured": ncaptured,
             "instance": instance,
             "guards": guards,
             "kinds": kinds,
-            "options": list(self.options),
-            "defaults": list(self.defaults),
-            "lifted": list(self.lifted),
             "all_lifted": bool(self.lifted) and set(self.lifted) == set(self.compiler_kwargs),
             "where": self.where_name,
         }
 
     def launch_params(self) -> dict[str, Any]:
         """The template parameters of this back-end's ``launch`` (``launch.py.j2``)."""
-        return {
-            "options": list(self.options),
-            "defaults": list(self.defaults),
-            "lifted": list(self.lifted),
-            "attr": self.front_attr,
-        }
+        options, defaults, lifted = list(self.options), list(self.defaults), list(self.lifted)
+        return {"options": options, "defaults": defaults, "lifted": lifted, "attr": self.front_attr}
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         """A launch its front entry does not hold: another entry of the kernel's chain, else
