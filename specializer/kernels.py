@@ -1,7 +1,6 @@
-"""What every back-end shares: generic kernels and device functions, captured values
-(kernel instances), scalar argument types, and the uncached kernel lookup. A back-end makes one
-:class:`Definitions` (its decorators) and wraps :func:`uncached_lookup` in ``cached_lookup``
-through a :class:`LookupSite`."""
+"""What every back-end shares: generic kernels and device functions, captured values (kernel
+instances), scalar argument types, the uncached lookup. A back-end makes one :class:`Definitions`
+(its decorators) and wraps :func:`uncached_lookup` in ``cached_lookup`` by a :class:`LookupSite`."""
 
 from __future__ import annotations
 
@@ -97,18 +96,17 @@ class DeviceFunction(_ByName, GenericFunction):
     ``square.delete_method(())`` removes it (a kernel calling it then fails to compile)."""
 
     def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if args or "signature" in kwargs:
-            return super().add_method(fn, *args, **kwargs)
-        try:
-            params = list(inspect.signature(fn).parameters)
-        except (TypeError, ValueError):
-            params = []
-        if params:
-            raise TypeError(
-                f"device function {self.name} takes parameters ({', '.join(params)}): a device "
-                "function's body takes none and returns device source, which declares the "
-                "function's own C parameters"
-            )
+        if not args and "signature" not in kwargs:
+            try:
+                params = list(inspect.signature(fn).parameters)
+            except (TypeError, ValueError):
+                params = []
+            if params:
+                raise TypeError(
+                    f"device function {self.name} takes parameters ({', '.join(params)}): a "
+                    "device function's body takes none and returns device source, which declares "
+                    "the function's own C parameters"
+                )
         return super().add_method(fn, *args, **kwargs)
 
 
@@ -259,15 +257,6 @@ class Decorator(Protocol[_F, _G]):
     ) -> Callable[[_F], _G]: ...
 
 
-def _unwrapped(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The ``def`` that ``fn`` wraps: a definition is keyed by it, not by a new wrapper."""
-    try:
-        inner: Callable[..., Any] = inspect.unwrap(fn)
-    except ValueError:  # a cycle of __wrapped__: the function as it is
-        return fn
-    return inner
-
-
 _KERNEL_DOC = """``@kernel`` or ``@kernel(callees=[device_fn, ...])``: define a kernel method.
 
 A first ``def`` of a name in a module defines a generic kernel; another ``def`` of that name
@@ -316,7 +305,6 @@ class Definitions:
         #: the attributes launchers over these definitions keep on kernels
         self.kernel_attrs: tuple[str, ...] = ()
         self._lock = new_lock(reentrant=False)
-        #: ``@kernel`` and ``@device``, each with its back-end's docstring
         self.kernel: Decorator[Callable[..., str], Kernel] = self._decorator(
             Kernel, "kernel", kernel_doc
         )
@@ -335,7 +323,11 @@ class Definitions:
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
         sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None  # checked first
-        inner = _unwrapped(fn)  # a wrapping decorator's product is the def it wraps (SPEC 7)
+        # A wrapping decorator's product is keyed by the def it wraps (SPEC 7), not by itself.
+        try:
+            inner: Callable[..., Any] = inspect.unwrap(fn)
+        except ValueError:  # a cycle of __wrapped__: the function as it is
+            inner = fn
         module = getattr(inner, "__module__", None) or ""
         qualname = getattr(inner, "__qualname__", name)
         cells = getattr(inner, "__closure__", None) or ()
@@ -394,9 +386,9 @@ class Definitions:
                 f"not numpy arrays; annotate it with {self.module}'s {arrays} (for example "
                 f"{arrays.replace('dtype', 'np.float32')})"
             )
+        if any(issubclass(c, t) for c in _SCALAR_VALUES):
+            return None  # a numpy scalar type, or above them (object, an ABC numpy registers with)
         if issubclass(t, np.generic):
-            if any(issubclass(c, t) for c in _SCALAR_VALUES):
-                return None
             instead = "Struct[dtype] for a struct by value, or " if issubclass(t, np.void) else ""
             return (
                 f"{type_name(t)}, which no argument matches: a kernel takes numeric and bool "
@@ -405,8 +397,6 @@ class Definitions:
             )
         if any(issubclass(t, r) or issubclass(r, t) for r in self.argtypes):
             return None  # at, below or above one of this back-end's kinds
-        if any(issubclass(c, t) for c in _SCALAR_VALUES):
-            return None  # above the numpy scalar types (object, an ABC numpy registers with)
         if issubclass(t, DeviceArray):
             if family is DeviceArray:
                 return None  # a back-end that did not name its family: not checked
