@@ -1,8 +1,7 @@
 """Kernel argument types: numpy scalar types and interned parametric array types.
 
 Array types follow numpy's hierarchy (``Array[np.float32] <: Array[np.floating]``), one interned
-class each; every argument type pickles by reference, to the same class in any process.
-"""
+class each; every argument type pickles by reference, to the same class in any process."""
 
 from __future__ import annotations
 
@@ -349,28 +348,23 @@ def describe_parameter(linked: Any, i: int) -> str:
 def weak_overflow(value: Any, t: type, where: str) -> OverflowError:
     """The error of a weak value out of numpy type ``t``'s range, for the parameter ``where``
     names: ``1e+39 does not fit np.float32 (-3.4e+38 to 3.4e+38), the type of parameter ...``."""
+    kind = issubclass(t, np.integer)
     info: Any = None
     if weak_range(t) is not None:
-        info = np.iinfo(t) if issubclass(t, np.integer) else np.finfo(cast(Any, t))
+        info = np.iinfo(t) if kind else np.finfo(cast(Any, t))
     span = "" if info is None else f" ({info.min!s} to {info.max!s})"
-    return OverflowError(
-        f"{value!r} does not fit {type_name(t)}{span}, the type of {where}: {_wider_fix(value, t)}"
-    )
-
-
-def _wider_fix(value: Any, t: type) -> str:
-    """What to do about ``value`` out of ``t``'s range: a wider type that holds it, or not."""
-    kind = issubclass(t, np.integer)
-    for w in _WIDER:
+    fix = "no wider type of its kind holds it: pass a value in range"
+    for w in _WIDER:  # the narrowest wider type of its kind that holds the value
         if issubclass(w, np.integer) != kind or np.dtype(w).itemsize < np.dtype(t).itemsize:
             continue
         bounds = weak_range(w)
         if w is not t and (bounds is None or bounds[0] <= value <= bounds[1]):
-            return (
+            fix = (
                 f"declare the parameter {type_name(w)} in the method (and the kernel source), "
                 f"which holds it, and pass {type_name(w)}({value!r}); or pass a value in range"
             )
-    return "no wider type of its kind holds it: pass a value in range"
+            break
+    return OverflowError(f"{value!r} does not fit {type_name(t)}{span}, the type of {where}: {fix}")
 
 
 def weak_converter(t: type) -> Callable[[Any, Any, int], Any]:
