@@ -1,11 +1,9 @@
-"""World age: the global definition counter (``latest()``) and the world each task runs in
-(``current()``: the latest, unless ``invoke_in_world`` pinned the task).
+"""World age: the definition counter (``latest()``) and each task's world (``current()``).
 
-The process-wide state, :data:`snapshot`, is immutable and replaced whole under :func:`lock`;
-the tasks' cells derive from it and are None between two stores, which only costs a slow path
-(:func:`refresh`). No frame of the library holds a pin in a local (a stored traceback must keep
-none); a with-block is held weakly, so one whose ``__exit__`` never ran ends with its with
-statement. See docs/design.md, "How the promises are kept"."""
+:data:`snapshot` is immutable, replaced whole under :func:`lock`; the tasks' cells derive from it
+and are None between two stores (a slow path, :func:`refresh`). No library frame holds a pin in
+a local (a stored traceback must keep none); with-blocks are held weakly, so one whose
+``__exit__`` never ran ends with its with statement. See docs/design.md."""
 
 from __future__ import annotations
 
@@ -74,8 +72,7 @@ class _Pin(list):  # type: ignore[type-arg]
 _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
     "specializer_task_world", default=hot_cell
 )
-#: The calling task's cell: ``[0]`` its world for a launch's front entry, ``[1]`` for a cached
-#: lookup, or None where the slow path must decide.
+#: The calling task's cell: ``hot_cell``, or a pin (:class:`_Pin`).
 task_cell = _task.get
 # Set here and by the slow path where unset: CPython caches a context variable's value only
 # where it is set, which makes the hot paths' read about 90 instructions cheaper (3.11).
@@ -176,10 +173,9 @@ def current() -> int:
 
 
 def begin_definition(undo: Callable[[], object]) -> int:
-    """Record a definition about to change state, with what undoes it; returns its world.
-    Call with :func:`lock` held, after :func:`undo_in_flight` and before the first change;
-    :func:`publish_world` ends it. One an interrupt stopped before that is undone by whoever
-    raises the world next, so it happened whole or not at all."""
+    """Record a definition about to change state, with its undo; returns its world. Lock held,
+    after :func:`undo_in_flight`, before the first change; :func:`publish_world` ends it. One an
+    interrupt stopped before that is undone by whoever raises the world next: all or nothing."""
     global snapshot
     undo_in_flight()
     snapshot = snapshot._replace(in_flight=undo)  # nothing a reader looks at
@@ -237,9 +233,8 @@ def _check_world(world: object) -> int:
             f"world {world} is in the future: the latest world is {latest} "
             "(see specializer.world.latest())"
         )
-    if world == latest:  # the object unpinned entries are stored under: hit by identity
-        return latest
-    return int(world)
+    # latest is the object unpinned entries are stored under: they hit by identity
+    return latest if world == latest else int(world)
 
 
 def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
