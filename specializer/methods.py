@@ -1,9 +1,6 @@
-"""Generic functions: method tables with world validity ranges, and dispatch.
-
-Each method has a signature (argument types, from its annotations) and a validity range
-``[min_world, max_world]``. Adding, replacing or deleting a method raises the world and closes
-the old one's range without erasing it, so an older world still dispatches as it did.
-``methodinstance(tt, world)`` picks the most specific method visible in that world."""
+"""Generic functions: method tables whose methods have world validity ranges, and dispatch
+(``methodinstance(tt, world)``: the most specific method visible in that world). A definition
+closes the old method's range without erasing it, so an older world dispatches as it did."""
 
 from __future__ import annotations
 
@@ -284,12 +281,11 @@ class GenericFunction:
         changed: Method,
         closed: tuple[Method, ...],
     ) -> None:
-        """Publish a change of the method table in world ``latest() + 1``: ``live`` and
-        ``deleted`` are the new table's, ``changed`` the method added or deleted (only the
-        signatures it takes can dispatch differently), ``closed`` the methods whose range ends
-        at the current world. Call with the world lock held, after ``world.undo_in_flight()``.
-        Computed aside, then published; an interrupt before the new world is published is
-        undone by the next definition (docs/design.md, "A definition is computed aside")."""
+        """Publish the table of ``live`` and ``deleted`` methods in world ``latest() + 1``:
+        ``changed`` was added or deleted (only what it takes can dispatch differently), ``closed``
+        end at the current world. World lock held, after ``undo_in_flight()``. An interrupt
+        before the publication is undone by the next definition (docs/design.md, "A definition
+        is computed aside")."""
         latest = _world.latest()
         dispatch = {}
         for tt, entries in old.dispatch.items():
@@ -429,20 +425,17 @@ class GenericFunction:
         else:
             w = _as_world(self.name, world)
         try:
-            entries = self._table.dispatch.get(tt)
-        except TypeError:  # unhashable: not a tuple of types (said below)
-            entries = None
-        if entries is not None:
-            for e in entries:
+            for e in self._table.dispatch.get(tt, ()):
                 if e.min_world <= w <= e.max_world:
                     return e.mi
+        except TypeError:  # unhashable: not a tuple of types (said below)
+            pass
         return self._methodinstance_miss(tt, w)
 
     def _methodinstance_miss(self, tt: tuple[type, ...], w: int) -> MethodInstance:
         _check_tt(self.name, tt)
-        # Under the world lock, so no definition runs between reading the table and storing
-        # the range computed from it (which that definition would then fail to end); no loop
-        # in the lock's body (see add_method).
+        # Locked: a definition between reading the table and storing the range computed from
+        # it would fail to end that range. No loop in the lock's body (see add_method).
         with _world.lock():
             table = self._table
             entries = table.dispatch.get(tt, ())
