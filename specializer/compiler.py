@@ -1,8 +1,7 @@
 """Compiler jobs, the compiled-code cache with world ranges, and compile hooks.
 
 Code lives in its method instance (as in Julia), so a dropped kernel frees its code; a cache
-entry keeps one open code instance plus at most one per pinned world (``docs/design.md``).
-"""
+entry keeps one open code instance plus at most one per pinned world (``docs/design.md``)."""
 
 from __future__ import annotations
 
@@ -218,12 +217,13 @@ class CodeInstance:
         return f"<CodeInstance {self.mi!r} worlds {self.min_world}..{hi}>"
 
 
+_Registry = dict[int, weakref.ref[CodeInstance]]
 #: Every code instance kept, for :func:`forget_context`, by id; weak references with no callback
 #: (one would run in a definition's sweep, where an interrupt is lost), pruned when doubled.
-_live: dict[int, weakref.ref[CodeInstance]] = {}
+_live: _Registry = {}
 _live_mark = 64
 #: Closed code instances a live pin's world may still use, for :func:`_sweep` (weakly, by id).
-_retained: dict[int, weakref.ref[CodeInstance]] = {}
+_retained: _Registry = {}
 _cache_lock = new_lock()
 _compiles = 0
 
@@ -293,9 +293,7 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
     return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
 
 
-def _tracked(
-    registry: dict[int, weakref.ref[CodeInstance]], prune: bool = False
-) -> list[CodeInstance]:
+def _tracked(registry: _Registry, prune: bool = False) -> list[CodeInstance]:
     """The live code instances of ``registry``; ``prune`` (world lock held) drops the rest."""
     alive = []
     for key, ref in registry.copy().items():
