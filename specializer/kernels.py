@@ -73,9 +73,7 @@ class _ByName:
     __module__: str
     __name__: str
     __qualname__: str
-    #: the closure cells of its definition: part of its key in :class:`Definitions`, held
-    #: here so their ids there stay theirs
-    _cells: tuple[Any, ...]
+    _cells: tuple[Any, ...]  # its def's closure cells, held so their ids in its key stay theirs
     _definitions: Definitions  # the definitions that made it: it is theirs (Definitions.own)
 
     def __reduce__(self) -> str:

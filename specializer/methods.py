@@ -281,11 +281,10 @@ class GenericFunction:
         changed: Method,
         closed: tuple[Method, ...],
     ) -> None:
-        """Publish the table of ``live`` and ``deleted`` methods in world ``latest() + 1``:
-        ``changed`` was added or deleted (only what it takes can dispatch differently), ``closed``
-        end at the current world. World lock held, after ``undo_in_flight()``. An interrupt
-        before the publication is undone by the next definition (docs/design.md, "A definition
-        is computed aside")."""
+        """Publish ``live`` and ``deleted`` as the table of world ``latest() + 1``: ``changed``
+        was added or deleted (only what it takes can dispatch differently), ``closed`` end at the
+        current world. World lock held, after ``undo_in_flight()``; an interrupt before the
+        publication is undone by the next definition (docs/design.md, "computed aside")."""
         latest = _world.latest()
         dispatch = {}
         for tt, entries in old.dispatch.items():
