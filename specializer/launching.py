@@ -422,7 +422,8 @@ class Launcher:
 
         def other(F: Any, where: Any) -> Any:
             try:
-                front, w, kw, F_ref, lifted = table_of(where, False)[F._specializer_token]  # type: ignore[index]
+                kept = table_of(where, False)[F._specializer_token]  # type: ignore[index]
+                front, w, kw, F_ref, lifted = kept
             except (KeyError, TypeError, AttributeError):  # no table, or never kept in one
                 return None
             entry = front(w, where, kw, F_ref, other, None, *lifted)  # (new_entry's, unchained)
