@@ -70,8 +70,7 @@ def unavailable_reason() -> str | None:
             "the NVIDIA driver library (libcuda.so.1 / nvcuda.dll) could not be loaded "
             f"({type(e).__name__}: {e})"
         )
-    R = driver.CUresult
-    if err == R.CUDA_ERROR_NO_DEVICE:
+    if err == driver.CUresult.CUDA_ERROR_NO_DEVICE:
         return "the NVIDIA driver is installed but found no CUDA device (CUDA_ERROR_NO_DEVICE)"
     if err:
         return f"the NVIDIA driver failed to initialize: {CUDAError('cuInit', err)}"

@@ -39,10 +39,6 @@ def _config(options: tuple[str, ...]) -> CompilerConfig:
 LAUNCH_OPTIONS = ("global_size", "local_size", "global_offset", "wait_for", "queue")
 #: compiler keyword arguments
 COMPILER_KWARGS = ("options",)
-#: how an unknown keyword's message names them
-_COMPILER_HELP = (
-    "the compiler option is options=(build options, ...), e.g. options=('-cl-fast-relaxed-math',)"
-)
 
 
 def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
@@ -111,7 +107,10 @@ class _OpenCLLauncher(launching.Launcher):
     options = LAUNCH_OPTIONS
     defaults = ("required", "none", "none", "none", "none")
     lifted = compiler_kwargs = COMPILER_KWARGS
-    compiler_help = _COMPILER_HELP
+    compiler_help = (
+        "the compiler option is options=(build options, ...), "
+        "e.g. options=('-cl-fast-relaxed-math',)"
+    )
     where_name = "queue"
     front_attr = "_opencl_front"
     V = LinkedKernel
