@@ -79,9 +79,7 @@ def device_pointer(obj: Any) -> int:
 
 def _view_pointer(v: Any, typestr: str | None) -> int | None:
     """A cuda.core StridedMemoryView (strides None: C-contiguous)."""
-    if typestr is None:
-        return int(v.ptr)
-    if v.strides is None and v.is_device_accessible and v.dtype.str == typestr:
+    if typestr is None or (v.strides is None and v.is_device_accessible and v.dtype.str == typestr):
         return int(v.ptr)
     return None
 
@@ -186,7 +184,7 @@ class CuArray:
     @classmethod
     def wrap(cls, ptr: int, shape: Any, dtype: Any, *, owner: Any = None) -> CuArray:
         """A view of device memory someone else owns (kept alive through ``owner``)."""
-        self = object.__new__(cuarray_class(dtype) if cls is CuArray else cls)
+        self = cls.__new__(cls, shape, dtype)
         self._describe(shape, dtype)
         self.context = None
         self.owner = owner

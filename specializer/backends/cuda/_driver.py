@@ -70,8 +70,7 @@ def unavailable_reason() -> str | None:
             "the NVIDIA driver library (libcuda.so.1 / nvcuda.dll) could not be loaded "
             f"({type(e).__name__}: {e})"
         )
-    R = driver.CUresult
-    if err == R.CUDA_ERROR_NO_DEVICE:
+    if err == driver.CUresult.CUDA_ERROR_NO_DEVICE:
         return "the NVIDIA driver is installed but found no CUDA device (CUDA_ERROR_NO_DEVICE)"
     if err:
         return f"the NVIDIA driver failed to initialize: {CUDAError('cuInit', err)}"
@@ -165,14 +164,6 @@ def _attribute(name: str, device: Any) -> int:
     which = getattr(driver.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
     value: int = check(driver.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute")
     return value
-
-
-def _create_context(dev: Any) -> Any:
-    """``cuCtxCreate`` across cuda-bindings 13 (params, flags, dev) and 12 (flags, dev)."""
-    try:
-        return check(driver.cuCtxCreate(None, 0, dev), "cuCtxCreate")
-    except TypeError:
-        return check(driver.cuCtxCreate(0, dev), "cuCtxCreate")
 
 
 class ContextKey:
@@ -270,8 +261,11 @@ class Context:
     def create(cls, device: int = 0) -> Context:
         """A new context of its own on ``device``; the calling thread's context is unchanged."""
         dev = _device(device)
-        handle = _create_context(dev)  # the driver pushes it on this thread: take it off again
-        check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")
+        try:  # cuda-bindings 13 takes (params, flags, dev), 12 (flags, dev)
+            handle = check(driver.cuCtxCreate(None, 0, dev), "cuCtxCreate")
+        except TypeError:
+            handle = check(driver.cuCtxCreate(0, dev), "cuCtxCreate")
+        check(driver.cuCtxPopCurrent(), "cuCtxPopCurrent")  # the driver pushed it on this thread
         return cls(handle, dev, device, False)
 
     def destroy(self) -> None:
@@ -351,8 +345,7 @@ def current_key() -> tuple[ContextKey, tuple[()]]:
 
 @contextmanager
 def pushed(ctx: Context) -> Iterator[None]:
-    """Make ``ctx`` the driver's current context for the block, leaving the thread's own as it
-    was (for loads, copies and frees)."""
+    """Make ``ctx`` current for the block (loads, copies, frees); the thread's own is kept."""
     check_use()
     ctx._check_alive()
     check(driver.cuCtxPushCurrent(ctx.handle), "cuCtxPushCurrent")
@@ -436,9 +429,8 @@ def max_cooperative_blocks(
     context: Context,
     limits: dict[tuple[int, int], tuple[int, int, int]] | None = None,
 ) -> tuple[int, int, int]:
-    """``(most blocks, blocks per SM, SMs)`` resident at once for ``function`` on ``context``'s
-    device (the limit of a cooperative grid), cached per (block, shared memory) in ``limits``,
-    the linked kernel's dict. A :class:`CUDAError` if the device cannot launch cooperatively."""
+    """``(most blocks, blocks per SM, SMs)`` of ``function`` resident at once on ``context``'s
+    device, cached in ``limits``; a :class:`CUDAError` if it cannot launch cooperatively."""
     key = (int(block_threads), int(shared_mem))
     found = None if limits is None else limits.get(key)
     if found is not None:

@@ -18,11 +18,6 @@ from ._ptx import ptx_globals
 _Dim3 = tuple[int, int, int]
 
 
-def _host_address(a: np.ndarray) -> int:
-    address: int = a.__array_interface__["data"][0]
-    return address
-
-
 class LinkedKernel:
     """A kernel loaded into one context, with the launch path of each signature it was looked
     up for (``bound``): the result ``cufunction`` caches; it holds no kernel instance. Its
@@ -60,8 +55,7 @@ class LinkedKernel:
         self.arch = arch
         self.ptx = ptx  # for naming the module's variables in errors
         self.bound: dict[Any, Any] = {}  # the launch path per lookup signature (the core's)
-        #: (threads per block, dynamic shared memory) -> the function's cooperative limits
-        #: (_driver.max_cooperative_blocks): they end with the function handle
+        #: (threads per block, shared memory) -> max_cooperative_blocks; ends with the function
         self.cooperative: dict[tuple[int, int], tuple[int, int, int]] = {}
 
     @property
@@ -135,14 +129,15 @@ class LinkedKernel:
             )
         if not size:
             return
+        host = a.__array_interface__["data"][0]
         with pushed(self.context):
             check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
             if to_device:
                 what = f"copying {size} bytes into global {name!r} of kernel {self.name}"
-                check(driver.cuMemcpyHtoD(ptr, _host_address(a), size), "cuMemcpyHtoD", what)
+                check(driver.cuMemcpyHtoD(ptr, host, size), "cuMemcpyHtoD", what)
             else:
                 what = f"copying global {name!r} of kernel {self.name}"
-                check(driver.cuMemcpyDtoH(_host_address(a), ptr, size), "cuMemcpyDtoH", what)
+                check(driver.cuMemcpyDtoH(host, ptr, size), "cuMemcpyDtoH", what)
             check(driver.cuCtxSynchronize(), "cuCtxSynchronize")
 
     def __repr__(self) -> str:

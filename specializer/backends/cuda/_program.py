@@ -309,8 +309,7 @@ def _compile_program_locked(
         if expression in r.lowered:
             _programs.move_to_end(key)
             return key, r
-    names = kernel_names(p.source)
-    extra = tuple(n for n in names if n != expression)
+    extra = tuple(n for n in kernel_names(p.source) if n != expression)
     compile_ = functools.partial(
         nvrtc_compile,
         p.source,

@@ -67,8 +67,8 @@ _NUMPY_SCALARS = frozenset(_SCALARS.values())
 
 
 def numpy_base(cls: type) -> type[np.generic] | None:
-    """The nearest numpy scalar type a kernel can take among ``cls``'s bases (``cls`` itself
-    for a numpy scalar type): ``np.float64`` for ``class MyFloat(np.float64)``."""
+    """The first numpy scalar type a kernel takes in ``cls``'s MRO (``np.float64`` for
+    ``class MyFloat(np.float64)``)."""
     for base in cls.__mro__:
         if base in _NUMPY_SCALARS:
             return base
@@ -168,8 +168,7 @@ def typeof(value: Any) -> type:
 
 
 def _check_device(value: Any, device_id: int) -> None:
-    """A ``ValueError`` when ``value``'s memory is on another device than the current context's
-    (nothing to compare with where no GPU is)."""
+    """A ``ValueError`` when ``value``'s memory is not on the current context's device."""
     if not available():
         return
     ordinal = current_context().ordinal
@@ -256,8 +255,7 @@ def ctype(t: Any) -> str:
     """How CUDA C spells the scalar type ``t`` (a numpy scalar type or dtype):
     ``ctype(np.float32) == "float"``, ``ctype(np.int64) == "long long"``,
     ``ctype(np.float16) == "__half"`` (which needs ``#include <cuda_fp16.h>``)."""
-    st = _scalar_type(t)
-    abi = _abi(st)
+    abi = _abi(_scalar_type(t))
     if abi is None:
         supported = ", ".join(sorted({f"np.{v.__name__}" for v in _SCALARS.values()}))
         raise TypeError(
@@ -271,7 +269,7 @@ def param_ctype(t: type) -> type:
     """The ctypes type of a kernel parameter of argument type ``t`` (a pointer for arrays)."""
     if isinstance(t, type) and issubclass(t, Array):
         return ctypes.c_uint64
-    abi = _abi(t) if isinstance(t, type) and issubclass(t, np.generic) else None
+    abi = _abi(t)  # None for anything but a concrete numpy scalar type
     if abi is None:
         raise TypeError(f"a CUDA kernel cannot take a parameter of type {t!r}")
     return abi[1]

@@ -80,9 +80,7 @@ _BY_CLASS: dict[type, type] = {
     cl.Image: Image,
 }
 #: argument type -> the value class its guard checks, where that is not the type itself
-_GUARD_CLASS: dict[type, type] = {
-    t: cls for cls, t in _BY_CLASS.items() if cls is not t and cls is not cl.Image
-} | {Image: cl.Image}
+_GUARD_CLASS: dict[type, type] = {t: cls for cls, t in _BY_CLASS.items() if cls is not t}
 _array_types: dict[np.dtype, type[DeviceArray[Any]]] = {}
 
 

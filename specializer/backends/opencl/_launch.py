@@ -39,10 +39,6 @@ def _config(options: tuple[str, ...]) -> CompilerConfig:
 LAUNCH_OPTIONS = ("global_size", "local_size", "global_offset", "wait_for", "queue")
 #: compiler keyword arguments
 COMPILER_KWARGS = ("options",)
-#: how an unknown keyword's message names them
-_COMPILER_HELP = (
-    "the compiler option is options=(build options, ...), e.g. options=('-cl-fast-relaxed-math',)"
-)
 
 
 def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
@@ -111,7 +107,10 @@ class _OpenCLLauncher(launching.Launcher):
     options = LAUNCH_OPTIONS
     defaults = ("required", "none", "none", "none", "none")
     lifted = compiler_kwargs = COMPILER_KWARGS
-    compiler_help = _COMPILER_HELP
+    compiler_help = (
+        "the compiler option is options=(build options, ...), "
+        "e.g. options=('-cl-fast-relaxed-math',)"
+    )
     where_name = "queue"
     front_attr = "_opencl_front"
     V = LinkedKernel
@@ -135,9 +134,28 @@ class _OpenCLLauncher(launching.Launcher):
         return queue, opts
 
     def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        # the slow path checks that no argument is of another context than the queue's
-        # (a front entry, for that queue and those argument types, no longer checks)
-        _check_contexts(where, f, args)
+        """On the slow path (a front entry does not check): a ValueError naming an array, buffer,
+        image or sampler (captured too) not of the queue's context, which pyopencl lets run."""
+        ctx = where.context.int_ptr
+        captured = f.values if isinstance(f, KernelInstance) else ()
+        for what, values in (("captured value", captured), ("argument", args)):
+            for i, v in enumerate(values):
+                if not isinstance(v, (cla.Array, cl.MemoryObjectHolder, cl.Sampler)):
+                    continue
+                try:
+                    other = v.context
+                except cl.Error:
+                    continue
+                if other is not None and other.int_ptr != ctx:
+                    kind = "an array" if isinstance(v, cla.Array) else f"a {type(v).__name__}"
+                    name = f.name if isinstance(f, Kernel) else f.kernel.name
+                    counted = " (counting launch arguments from 0)" if what == "argument" else ""
+                    raise ValueError(
+                        f"{what} {i} of kernel {name}{counted} is {kind} of {other!r}, but the "
+                        f"queue is in {where.context!r}: a kernel can use only memory of its "
+                        "queue's context: make it on a queue of that context, or launch on a "
+                        "queue of its context"
+                    )
 
     def resolve_where(self, where_opt: Any) -> Any:
         return self.resolve((None, None, None, None, where_opt))[0]
@@ -200,31 +218,6 @@ class _OpenCLLauncher(launching.Launcher):
 
 _launcher = _OpenCLLauncher(_definitions)
 _queues._launcher = _launcher  # the hook the queues' module reads
-
-
-def _check_contexts(queue: cl.CommandQueue, f: Any, args: tuple[Any, ...]) -> None:
-    """A ValueError naming a launch's array, buffer, image or sampler (captured ones too) not of
-    the queue's context, on which OpenCL would run the kernel (pyopencl does not check)."""
-    ctx = queue.context.int_ptr
-    captured = f.values if isinstance(f, KernelInstance) else ()
-    for what, values in (("captured value", captured), ("argument", args)):
-        for i, v in enumerate(values):
-            if not isinstance(v, (cla.Array, cl.MemoryObjectHolder, cl.Sampler)):
-                continue
-            try:
-                other = v.context
-            except cl.Error:
-                continue
-            if other is not None and other.int_ptr != ctx:
-                kind = "an array" if isinstance(v, cla.Array) else f"a {type(v).__name__}"
-                name = f.name if isinstance(f, Kernel) else f.kernel.name
-                counted = "" if what == "captured value" else " (counting launch arguments from 0)"
-                raise ValueError(
-                    f"{what} {i} of kernel {name}{counted} is {kind} of {other!r}, but the "
-                    f"queue is in {queue.context!r}: a kernel can use only memory of its "
-                    "queue's context: make it on a queue of that context, or launch on a "
-                    "queue of its context"
-                )
 
 
 def clfunction(

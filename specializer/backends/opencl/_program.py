@@ -87,9 +87,7 @@ class LinkedKernel:
         self.ck = ck  # the context's key: it holds the context weakly
         self.built = built  # shared by the kernels of one program; keeps it in _programs
         self.program = built.program
-        context = ck.context()  # alive: its kernel is being linked in it
-        assert context is not None
-        self.context_ptr = context.int_ptr  # what a new array is checked against
+        self.context_ptr = ck.ptr  # what a new array is checked against
         self.kernel = kernel
         self.source = source
         self.params = _param_names(source, name)
@@ -118,8 +116,7 @@ class LinkedKernel:
 
 
 def _param_names(source: str, name: str) -> list[str]:
-    """The parameter names of ``__kernel ... name(...)`` in ``source``, for messages (best
-    effort: empty when the source does not spell them plainly)."""
+    """The parameter names of ``__kernel ... name(...)`` in ``source``, for messages (or none)."""
     m = re.search(r"\b(?:__)?kernel\b[^;{]*?\b" + re.escape(name) + r"\s*\(([^)]*)\)", source)
     if not m:
         return []
@@ -146,8 +143,7 @@ _IMPLICIT = re.compile(r"implicit declaration of function '(\w+)'")
 
 
 def _callee_hint(log: str) -> str:
-    """A hint where the log says a device function of this back-end was implicitly declared:
-    it is missing from the kernel's ``callees=``."""
+    """A hint naming the device functions the log found undeclared: not in the kernel's callees."""
     devices = {gf.name for gf in _definitions.device_functions()}
     names = sorted({n for n in _IMPLICIT.findall(log) if n in devices})
     if not names:
