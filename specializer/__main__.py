@@ -15,7 +15,7 @@ from typing import Any
 
 from . import __version__
 from .dump import ShowAtExit, check_out, check_program, collect_device_sources, run_program
-from .precompile import ENV_VAR, PrecompileOutputError, refuse_write
+from .precompile import ENV_VAR
 
 COMMANDS = ("demo", "dump", "precompile")
 
@@ -161,21 +161,14 @@ def _rest(parser: argparse.ArgumentParser, args: list[str], what: str) -> list[s
 
 
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    prog = parser.prog
-    program = _rest(parser, ns.program, "SCRIPT_OR_MODULE")
-    target, args = program[0], program[1:]
+    target, *args = _rest(parser, ns.program, "SCRIPT_OR_MODULE")
     out = Path(ns.out).resolve() if ns.out else None
-    if out is not None:  # before running anything: nothing half-done
-        try:
-            refuse_write(out)
-        except PrecompileOutputError as e:
-            return _fail(prog, str(e))
     why = (check_out(out) if out is not None else None) or check_program(target)
     if why:
-        return _fail(prog, why)
+        return _fail(parser.prog, why)
 
     # Registered before the program runs, so that it runs after the program's own handlers.
-    ending = ShowAtExit(prog, out, collect_device_sources() if ns.device_source else None)
+    ending = ShowAtExit(parser.prog, out, collect_device_sources() if ns.device_source else None)
     atexit.register(ending)
     ending.status = run_program(target, args)
     return ending.status

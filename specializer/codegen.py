@@ -171,8 +171,7 @@ def render(template: str, **params: Any) -> str:
         _check_param(k, v)
     name = params.get("name")
     if name is not None and NAME not in json.dumps(params):
-        params = {**params, "name": NAME}
-        return _kept_render(template, params).replace(NAME, name)
+        return _kept_render(template, {**params, "name": NAME}).replace(NAME, name)
     return _kept_render(template, params)
 
 

@@ -49,10 +49,6 @@ def include_dirs(options: Sequence[str]) -> list[str]:
     return out
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def scan(
     source: str,
     include_dirs: Sequence[str],
@@ -90,7 +86,7 @@ def scan(
                 if content is None:
                     found[key] = ""
                     continue
-                found[key] = _sha256(content.encode("utf-8", "surrogateescape"))
+                found[key] = hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
                 todo.append((content, where))
     return tuple(sorted(found.items()))
 
