@@ -3,6 +3,7 @@ request, each kernel's device source), print it or write it as one set of files,
 
 from __future__ import annotations
 
+import contextlib
 import ctypes  # renameat2 alone: the os module has no atomic exchange of two paths
 import errno
 import importlib.util
@@ -204,11 +205,9 @@ def _locked_temp_dir(out: Path) -> tuple[Path, int | None]:
             return tmp, None
         fd = os.open(tmp, os.O_RDONLY)
         _lock(fd, wait=True)
-        try:
+        with contextlib.suppress(OSError):
             if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
                 return tmp, fd
-        except OSError:
-            pass
         os.close(fd)  # another write took it for a leftover before it was locked: a new one
 
 
@@ -225,10 +224,9 @@ def _remove_leftovers(out: Path) -> None:
         except OSError:
             continue
         try:
-            if _lock(fd, wait=False) and all(map(_is_dumped_name, os.scandir(e.path))):
-                shutil.rmtree(e.path, ignore_errors=True)
-        except OSError:
-            pass
+            with contextlib.suppress(OSError):
+                if _lock(fd, wait=False) and all(map(_is_dumped_name, os.scandir(e.path))):
+                    shutil.rmtree(e.path, ignore_errors=True)
         finally:
             os.close(fd)
 

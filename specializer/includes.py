@@ -99,8 +99,7 @@ def _directives(text: str) -> str:
 
 
 def _files_under(roots: list[str], walked: set[str], budget: list[int]) -> list[str] | None:
-    """The files under ``roots``, recursively, but in the directories ``walked`` already
-    (which it adds to), taken from ``budget`` ([files, bytes] left); None past it."""
+    """Files under ``roots`` outside ``walked`` (added to), spent from ``budget``; None past it."""
     out = []
     for root in roots:
         if root in walked:
@@ -140,7 +139,7 @@ def _resolve(
 
 
 def _read(path: str) -> tuple[str, str, str] | None:
-    path = os.path.normpath(os.path.abspath(path))
+    path = os.path.abspath(path)
     if not os.path.isfile(path):
         return None
     try:
