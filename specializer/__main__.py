@@ -15,7 +15,7 @@ from typing import Any
 
 from . import __version__
 from .dump import ShowAtExit, check_out, check_program, collect_device_sources, run_program
-from .precompile import ENV_VAR, PrecompileOutputError, refuse_write
+from .precompile import ENV_VAR
 
 COMMANDS = ("demo", "dump", "precompile")
 
@@ -119,12 +119,11 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         DEMO_EPILOG,
     )
     # The demo's own parser gives the defaults and checks the values.
-    demo.add_argument(
-        "--launches", default=argparse.SUPPRESS, help="launches per timed round (default 3000)"
-    )
-    demo.add_argument(
-        "--rounds", default=argparse.SUPPRESS, help="timed rounds per variant (default 7)"
-    )
+    for flag, what in (
+        ("--launches", "launches per timed round (default 3000)"),
+        ("--rounds", "timed rounds per variant (default 7)"),
+    ):
+        demo.add_argument(flag, default=argparse.SUPPRESS, help=what)
 
     dump = command(
         "dump",
@@ -161,21 +160,14 @@ def _rest(parser: argparse.ArgumentParser, args: list[str], what: str) -> list[s
 
 
 def dump(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    prog = parser.prog
-    program = _rest(parser, ns.program, "SCRIPT_OR_MODULE")
-    target, args = program[0], program[1:]
+    target, *args = _rest(parser, ns.program, "SCRIPT_OR_MODULE")
     out = Path(ns.out).resolve() if ns.out else None
-    if out is not None:  # before running anything: nothing half-done
-        try:
-            refuse_write(out)
-        except PrecompileOutputError as e:
-            return _fail(prog, str(e))
     why = (check_out(out) if out is not None else None) or check_program(target)
     if why:
-        return _fail(prog, why)
+        return _fail(parser.prog, why)
 
     # Registered before the program runs, so that it runs after the program's own handlers.
-    ending = ShowAtExit(prog, out, collect_device_sources() if ns.device_source else None)
+    ending = ShowAtExit(parser.prog, out, collect_device_sources() if ns.device_source else None)
     atexit.register(ending)
     ending.status = run_program(target, args)
     return ending.status
@@ -205,14 +197,6 @@ def precompile(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             return 128 - status if status < 0 else status  # killed by a signal: as a shell says
 
 
-def _top_level_option(arg: str) -> bool:
-    """Whether ``arg`` is one of the options taken before a command (or its abbreviation)."""
-    name = arg.split("=", 1)[0]
-    return name == "-h" or (
-        len(name) > 2 and any(o.startswith(name) for o in ("--help", "--version"))
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser, subparsers = _parser()
@@ -220,7 +204,11 @@ def main(argv: list[str] | None = None) -> int:
     choose = f"choose from {', '.join(COMMANDS)}, e.g. '{prog} dump my_script.py'"
     if not argv:
         parser.error(f"the following arguments are required: COMMAND ({choose})")
-    if argv[0].startswith("-") and argv[0] != "--" and not _top_level_option(argv[0]):
+    option = argv[0].split("=", 1)[0]  # taken before a command: -h, --help, --version, abbreviated
+    top_level = option == "-h" or (
+        len(option) > 2 and any(o.startswith(option) for o in ("--help", "--version"))
+    )
+    if argv[0].startswith("-") and argv[0] != "--" and not top_level:
         parser.error(
             f"unknown option {argv[0]!r}: a COMMAND comes first ({choose}); its own options "
             f"follow it, as '{prog} COMMAND --help' lists them"

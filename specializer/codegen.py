@@ -98,7 +98,6 @@ RELEASED_KEPT = 1000
 
 #: The live generated functions' records, by name, in order of generation.
 _generated: dict[str, tuple[int, GeneratedSource]] = {}
-#: The newest RELEASED_KEPT records of functions since released, oldest first.
 _released: deque[tuple[int, GeneratedSource]] = deque(maxlen=RELEASED_KEPT)
 #: Per base name, how many functions have had it: the next one gets ``base__<count + 1>``.
 _counts: dict[str, int] = {}
@@ -171,8 +170,7 @@ def render(template: str, **params: Any) -> str:
         _check_param(k, v)
     name = params.get("name")
     if name is not None and NAME not in json.dumps(params):
-        params = {**params, "name": NAME}
-        return _kept_render(template, params).replace(NAME, name)
+        return _kept_render(template, {**params, "name": NAME}).replace(NAME, name)
     return _kept_render(template, params)
 
 
@@ -193,8 +191,7 @@ def _kept_render(template: str, params: dict[str, Any]) -> str:
 
 
 def _templates_identity() -> str:
-    """A digest of every template file found and of Jinja: a kept render is used only while
-    all are the same. Looked at on every render; contents read again only when one changed."""
+    """The digest of the template files and Jinja keying kept renders; re-read when one changed."""
     files = [f for d in _search_path for f in sorted(Path(d).glob("*.j2"))]
     stats = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in [f.stat()])
     if _identity and _identity[0][0] == stats:

@@ -89,11 +89,15 @@ def main(argv: list[str]) -> int:
             hk = naive[k, tt] = cl.clfunction(k, tt)
         hk(*a, global_size=n)
 
+    def run_ours(k: Any, scalar: Any) -> np.ndarray:
+        x = cla.to_device(queue, host)
+        cl.launch(k, x, scalar, global_size=n)
+        return x.get()
+
     def run_both(k: Any, scalar: Any) -> tuple[np.ndarray, np.ndarray]:
-        xa, xb = cla.to_device(queue, host), cla.to_device(queue, host)
-        naive_launch(k, xa, scalar)
-        cl.launch(k, xb, scalar, global_size=n)
-        return xa.get(), xb.get()
+        x = cla.to_device(queue, host)
+        naive_launch(k, x, scalar)
+        return x.get(), run_ours(k, scalar)
 
     def show(what: str, expected: np.ndarray, naive_got: np.ndarray, ours: np.ndarray) -> None:
         _say(f"  {what}")
@@ -175,13 +179,8 @@ def main(argv: list[str]) -> int:
     # -- 3. an older world -----------------------------------------------------------------
     _say(f"\n3. A task pinned to world {w2} (before offset changed) runs that world's code")
 
-    def in_old_world() -> np.ndarray:
-        x = cla.to_device(queue, host)
-        cl.launch(shift, x, np.float32(1), global_size=n)
-        return x.get()
-
-    old = specializer.invoke_in_world(w2, in_old_world)
-    new = in_old_world()
+    old = specializer.invoke_in_world(w2, run_ours, shift, np.float32(1))
+    new = run_ours(shift, np.float32(1))
     _say(f"  in world {w2}: {old}   (x + 10)")
     _say(f"  in world {w3}: {new}   (x + 100)")
     expect("the pinned task runs the old callee", old, host + 10)
@@ -200,9 +199,8 @@ def main(argv: list[str]) -> int:
     floor = pyopencl.Kernel(program, "acc")
     x = cla.zeros(queue, 1, np.float32)
     one = np.float32(1)
-    # pyopencl's stubs: Array.data (a Buffer) is a MemoryObjectHolder, not in set_arg's types
-    floor.set_arg(0, x.data)  # type: ignore[arg-type]
-    floor.set_arg(1, one)
+    # pyopencl's stubs: Array.data (a Buffer) is a MemoryObjectHolder, not in set_args' types
+    floor.set_args(x.data, one)  # type: ignore[arg-type]
     hk = cl.clfunction(acc, (cl.Array[np.float32], np.float32))
     launches, rounds = args.launches, args.rounds
     launch, enqueue, finish = cl.launch, pyopencl.enqueue_nd_range_kernel, queue.finish
@@ -217,7 +215,7 @@ def main(argv: list[str]) -> int:
 
     def pyopencl_typed(m: int) -> None:
         for _ in range(m):
-            typed(queue, (1,), None, x.data, one)  # type: ignore[arg-type]  # as set_arg above
+            typed(queue, (1,), None, x.data, one)  # type: ignore[arg-type]  # as set_args above
 
     def bare(m: int) -> None:
         for _ in range(m):

@@ -188,17 +188,11 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
-        if touch:  # mark it used: its modification time
+        if touch:
             with contextlib.suppress(OSError):
                 os.utime(fd if os.utime in os.supports_fd else path)
-        chunks, left = [], st.st_size + 1  # one byte more: a file grown meanwhile is seen
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        data = b"".join(chunks)
+        with open(fd, "rb", closefd=False) as f:  # reads until EOF or the size asked
+            data = f.read(st.st_size + 1)  # one byte more: a file grown meanwhile is seen
         return None if len(data) > st.st_size else data
     except (OSError, MemoryError):
         return None
@@ -249,9 +243,8 @@ def write_entry(directory: Path, filename: str, payload: bytes) -> bool:
         return False
     root = str(directory.parent)
     with _usage_lock():
-        seen = _usage[0] if _usage else None
-        if seen is not None and seen[0] == root and seen[1] + len(data) <= bound:
-            _usage[0] = (root, seen[1] + len(data))  # (a rewrite counts twice: looks sooner)
+        if _usage and _usage[0][0] == root and _usage[0][1] + len(data) <= bound:
+            _usage[0] = (root, _usage[0][1] + len(data))  # (a rewrite counts twice: looks sooner)
             return True
         _usage.clear()  # (an interrupted look leaves no count: the next write looks again)
         _usage.append((root, evict(bound)))

@@ -3,6 +3,7 @@ request, each kernel's device source), print it or write it as one set of files,
 
 from __future__ import annotations
 
+import contextlib
 import ctypes  # renameat2 alone: the os module has no atomic exchange of two paths
 import errno
 import importlib.util
@@ -119,7 +120,11 @@ def _is_dump_dir(path: Path) -> bool:
 
 def check_out(out: Path) -> str | None:
     """Why the set of files cannot be written to ``out`` (tried for real, leaving nothing)."""
-    if out.exists() or out.is_symlink():
+    try:
+        refuse_write(out)
+    except PrecompileOutputError as e:
+        return str(e)
+    if os.path.lexists(out):
         if not out.is_dir():
             return f"--out {out}: exists and is not a directory"
         if not _is_dump_dir(out):
@@ -156,9 +161,9 @@ def _exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-def _replace_dir(new: Path, out: Path, owned: Callable[[Path], bool] = _is_dump_dir) -> None:
+def _replace_dir(new: Path, out: Path, owned: Callable[[Path], bool]) -> None:
     """Put directory ``new`` in place of ``out`` (which ``owned`` must accept), or leave it."""
-    if not (out.exists() or out.is_symlink()):
+    if not os.path.lexists(out):
         os.rename(new, out)  # a new directory, or (on a race) an error
         return
     if not (out.is_dir() and owned(out)):
@@ -183,8 +188,6 @@ def _write_file(path: Path, text: str) -> None:
 
 def _lock(fd: int, wait: bool) -> bool:
     """Lock the directory open as ``fd`` until the fd closes; whether it did (never on Windows)."""
-    if sys.platform == "win32":
-        return False
     import fcntl
 
     try:
@@ -195,19 +198,16 @@ def _lock(fd: int, wait: bool) -> bool:
 
 
 def _locked_temp_dir(out: Path) -> tuple[Path, int | None]:
-    """A new ``.DIR.<random>.tmp`` beside ``out`` and an fd locking it while the write runs
-    (``None`` on Windows): an unlocked one is a leftover."""
+    """A new ``.DIR.<random>.tmp`` beside ``out``, locked by the fd returned (None on Windows)."""
     while True:
         tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
         if sys.platform == "win32":
             return tmp, None
         fd = os.open(tmp, os.O_RDONLY)
         _lock(fd, wait=True)
-        try:
+        with contextlib.suppress(OSError):
             if os.path.samestat(os.fstat(fd), os.lstat(tmp)):
                 return tmp, fd
-        except OSError:
-            pass
         os.close(fd)  # another write took it for a leftover before it was locked: a new one
 
 
@@ -224,10 +224,9 @@ def _remove_leftovers(out: Path) -> None:
         except OSError:
             continue
         try:
-            if _lock(fd, wait=False) and all(map(_is_dumped_name, os.scandir(e.path))):
-                shutil.rmtree(e.path, ignore_errors=True)
-        except OSError:
-            pass
+            with contextlib.suppress(OSError):
+                if _lock(fd, wait=False) and all(map(_is_dumped_name, os.scandir(e.path))):
+                    shutil.rmtree(e.path, ignore_errors=True)
         finally:
             os.close(fd)
 

@@ -49,10 +49,6 @@ def include_dirs(options: Sequence[str]) -> list[str]:
     return out
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def scan(
     source: str,
     include_dirs: Sequence[str],
@@ -90,7 +86,7 @@ def scan(
                 if content is None:
                     found[key] = ""
                     continue
-                found[key] = _sha256(content.encode("utf-8", "surrogateescape"))
+                found[key] = hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
                 todo.append((content, where))
     return tuple(sorted(found.items()))
 
@@ -103,8 +99,7 @@ def _directives(text: str) -> str:
 
 
 def _files_under(roots: list[str], walked: set[str], budget: list[int]) -> list[str] | None:
-    """The files under ``roots``, recursively, but in the directories ``walked`` already
-    (which it adds to), taken from ``budget`` ([files, bytes] left); None past it."""
+    """Files under ``roots`` outside ``walked`` (added to), spent from ``budget``; None past it."""
     out = []
     for root in roots:
         if root in walked:
@@ -144,7 +139,7 @@ def _resolve(
 
 
 def _read(path: str) -> tuple[str, str, str] | None:
-    path = os.path.normpath(os.path.abspath(path))
+    path = os.path.abspath(path)
     if not os.path.isfile(path):
         return None
     try:
