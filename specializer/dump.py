@@ -242,10 +242,11 @@ def write_set(
     try:
         try:
             mode = stat.S_IMODE(os.stat(out).st_mode)
-        except FileNotFoundError:
-            umask = os.umask(0)
-            os.umask(umask)
-            mode = 0o777 & ~umask  # as mkdir would make it, not mkdtemp's 0o700
+        except FileNotFoundError:  # as mkdir would make it, not mkdtemp's 0o700: read by
+            probe = tmp / ".mode"  # making one (setting the umask to read it is process-wide)
+            probe.mkdir(0o777)
+            mode = stat.S_IMODE(probe.stat().st_mode)
+            probe.rmdir()
         os.chmod(tmp, mode)
         for name, text in files:
             _write_file(tmp / name, text)

@@ -625,6 +625,25 @@ def test_dump_out_keeps_the_permissions_of_dir(tmp_path):
     assert stat.S_IMODE(new.stat().st_mode) == 0o750
 
 
+def test_a_new_dump_directory_takes_the_umask_without_setting_it(tmp_path, monkeypatch):
+    # The umask is the process's: setting it to read it would give a file another thread
+    # makes meanwhile the wrong mode. The new set's mode is read from a directory made.
+    from specializer import dump
+
+    def refuse(mask):
+        raise AssertionError(f"os.umask({mask:o}) called")
+
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", refuse)
+        dump.write_set(tmp_path / "new", [("a.py", "x = 1\n")], owned=lambda p: True)
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o750
+    assert sorted(p.name for p in (tmp_path / "new").iterdir()) == ["a.py"]
+
+
 # Dies (SIGKILL) while writing the second file of its set, as a dump killed midway would.
 KILLED = """
     import os, signal, sys
