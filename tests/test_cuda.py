@@ -1895,10 +1895,15 @@ def test_a_template_instance_is_its_own_program_with_the_sources_kernels():
         return src
 
     n = _program.nvrtc_compiles()
-    f32 = cuda.code_ptx(tmpl_k, (A[np.float32],), arch=ARCH)
-    assert cuda.code_ptx(plain_k, (A[np.float32],), arch=ARCH) == f32  # the same program
-    f64 = cuda.code_ptx(tmpl_k, (A[np.float64],), arch=ARCH)
+    seen = []
+    with specializer.device_code(lambda job, artifact: seen.append(artifact)):
+        f32 = cuda.code_ptx(tmpl_k, (A[np.float32],), arch=ARCH)
+        assert cuda.code_ptx(plain_k, (A[np.float32],), arch=ARCH) == f32  # the same program
+        f64 = cuda.code_ptx(tmpl_k, (A[np.float64],), arch=ARCH)
     assert _program.nvrtc_compiles() == n + 2
+    # a context loads one module per program key: the key names the output, not the source
+    a32, plain, a64 = seen
+    assert a32.program == plain.program != a64.program
     assert "_Z6tmpl_kIfEvPT_" in f32 and "_Z6tmpl_kIdEvPT_" not in f32
     assert "_Z6tmpl_kIdEvPT_" in f64 and ".entry plain_k" in f64
 

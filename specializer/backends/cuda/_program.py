@@ -294,7 +294,9 @@ def _program_key(p: Program, included: str) -> str:
 def compile_program(p: Program, expression: str, kernel: str = "") -> tuple[str, NVRTCResult]:
     """``(key, result)``: the NVRTC program of ``p`` with ``expression`` among its name
     expressions, compiled with every kernel of the source too, so they reuse it; another
-    template instance is another program, so a kernel's PTX never depends on what ran before."""
+    template instance is another program, so a kernel's PTX never depends on what ran before.
+    The key names the program's output: the source's key and the name expressions compiled
+    (one source makes a program per template instance, each with a module of its own)."""
     included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
     with _programs_lock():  # straight-line: the loops are in the called function
@@ -308,7 +310,7 @@ def _compile_program_locked(
     for r in built:
         if expression in r.lowered:
             _programs.move_to_end(key)
-            return key, r
+            return _output_key(key, r), r
     extra = tuple(n for n in kernel_names(p.source) if n != expression)
     compile_ = functools.partial(
         nvrtc_compile,
@@ -331,4 +333,8 @@ def _compile_program_locked(
     _programs.move_to_end(key)
     while len(_programs) > _PROGRAMS_KEPT:
         _programs.popitem(last=False)
-    return key, r
+    return _output_key(key, r), r
+
+
+def _output_key(key: str, r: NVRTCResult) -> str:
+    return _diskcache.key_of({"program": key, "name_expressions": sorted(r.lowered)})
