@@ -28,6 +28,7 @@ from .launch_options import captured_of as _captured
 from .launch_options import name_of as _name
 from .locks import new_lock
 from .methods import MethodError
+from .signatures import _is_weak
 from .suggest import unknown_keywords
 from .types import WEAK, type_name
 from .where_tables import _TOKEN, _keep, forget, table_in
@@ -229,7 +230,7 @@ class Launcher:
             factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
             bind, host, where_of = factory(
                 linked,
-                functools.partial(self.mismatch, linked),
+                functools.partial(self.mismatch, linked, tt),
                 self.unknown,
                 self.host_class.device_use.fork,
             )
@@ -434,15 +435,25 @@ class Launcher:
         return other
 
     def mismatch(
-        self, linked: Any, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: Any
+        self,
+        linked: Any,
+        looked: tuple[type, ...],
+        f: Any,
+        args: tuple[Any, ...],
+        opts: tuple[Any, ...],
+        kw: Any,
     ) -> Any:
-        """A HostKernel call whose arguments failed its guard: launch if they have its types
-        after all (a numpy scalar subclass, an equal dtype), else say which it takes."""
+        """A HostKernel call whose arguments failed its guard: launch if they have the types
+        it was looked up for (``looked``) after all (a numpy scalar subclass, an equal dtype),
+        or a Python scalar stands where it takes that scalar's default type (an ``int`` for
+        ``np.int64``, converted as ``np.int64(n)`` would be); else say which it takes. Decided
+        by the types alone, never by which launches came before."""
         F = self.definitions.kernel_type(f)
         tt = self.argtypes(args, F)
-        b = linked.bound.get((self.front_attr, tt, F is not f))
-        if b is not None:
-            return b[0](f, args, *opts[: len(self.options)])
+        if len(tt) == len(looked) and all(
+            t is s or (_is_weak(t) and t.default is s) for t, s in zip(tt, looked)
+        ):
+            return self.bound(linked, tt, F)[0](f, args, *opts[: len(self.options)])
         raise TypeError(
             f"a HostKernel of {signature(linked.name, linked.tt)} was called with arguments of "
             f"types ({', '.join(map(type_name, tt))}), not the types it was looked up for; look "

@@ -609,6 +609,40 @@ def test_host_kernel_called_with_other_argument_types_says_how_to_look_them_up()
     assert x.tolist() == [2, 2, 2, 2]
 
 
+@py.kernel
+def weak_int64(out: OBJ, n: np.int64) -> str:
+    return "def weak_int64(i, out, n): out[i] = n"
+
+
+@py.kernel
+def weak_int32(out: OBJ, n: np.int32) -> str:
+    return "def weak_int32(i, out, n): out[i] = n"
+
+
+def test_a_python_int_is_taken_where_a_host_kernel_takes_np_int64_whatever_ran_before():
+    # decided by the types alone: the first call in a fresh context, with no launch before it
+    # that bound a Python int's path, takes it, converted as np.int64(n) would be
+    hk = py.function(weak_int64, (OBJ, np.int64), context=Ctx("fresh"))
+    out = np.zeros(2, object)
+    hk(out, 7, size=2)
+    assert [type(v) for v in out] == [np.int64, np.int64] and out.tolist() == [7, 7]
+    with pytest.raises(OverflowError, match=r"np\.int64"):
+        hk(out, 1 << 63, size=2)
+
+
+def test_a_python_int_is_refused_where_a_host_kernel_takes_another_int_whatever_ran_before():
+    # a Python int dispatches to np.int32 here (the only method), and a launch binds that path
+    # to the same compiled kernel; a HostKernel looked up for np.int32 refuses it all the same
+    out = np.zeros(2, object)
+    py.launch(weak_int32, out, 5, size=2)
+    assert [type(v) for v in out] == [np.int32, np.int32]
+    hk = py.function(weak_int32, (OBJ, np.int32))
+    with pytest.raises(TypeError, match=r"of types \(Array\[np\.object_\], Weak\[int\]\)"):
+        hk(out, 5, size=2)
+    py.function(weak_int32, (OBJ, int))(out, 6, size=2)  # looked up for a Python int, it takes one
+    assert out.tolist() == [6, 6]
+
+
 def test_host_kernel_refuses_another_context():
     a, b = Ctx("a"), Ctx("b")
     hk = py.function(add_value, (F32, np.float32), context=a)
