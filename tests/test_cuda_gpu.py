@@ -738,7 +738,8 @@ def test_cuda_core_buffers_views_and_dlpack_arrays_are_launched():
 
     k = _foreign_fill()
     x = cp.zeros(N, dtype=cp.float32)
-    run(k, StridedMemoryView(x, stream_ptr=-1), np.float32(3), N)
+    view = getattr(StridedMemoryView, "from_dlpack", StridedMemoryView)(x, stream_ptr=-1)
+    run(k, view, np.float32(3), N)
     np.testing.assert_array_equal(cp.asnumpy(x), np.full(N, 3, np.float32))
 
     class OnlyDLPack:
@@ -759,7 +760,7 @@ def test_cuda_core_buffers_views_and_dlpack_arrays_are_launched():
 
     dev = Device()
     dev.set_current()
-    buf = dev.allocate(N)  # N bytes
+    buf = dev.allocate(N, stream=dev.default_stream)  # N bytes (newer cuda.core needs stream=)
     u8 = _foreign_fill()
     run(u8, buf, np.uint8(9), N)
     dev.sync()

@@ -113,7 +113,10 @@ def strided_view(a: Any) -> Any:
             f"a {type(a).__module__}.{type(a).__qualname__} is a DLPack array without "
             "__cuda_array_interface__: reading it needs cuda.core (pip install cuda-core)"
         ) from None
-    return StridedMemoryView(a, stream_ptr=-1)  # -1: the consumer does not synchronize
+    # -1: the consumer does not synchronize. from_dlpack where cuda.core has it (newer releases
+    # deprecate the constructor's reading of DLPack)
+    make = getattr(StridedMemoryView, "from_dlpack", StridedMemoryView)
+    return make(a, stream_ptr=-1)
 
 
 def is_cuda_core(value: Any, name: str) -> bool:
