@@ -6,6 +6,7 @@ entry keeps one open code instance plus at most one per pinned world (``docs/des
 from __future__ import annotations
 
 import contextlib
+import itertools
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable
@@ -75,6 +76,7 @@ class Backend(ABC):
 Dependency = tuple[GenericFunction, tuple[type, ...], Method]
 
 _config_keys: dict[tuple[int, Hashable], int] = {}
+_next_config_key = itertools.count()  # a key is never given twice, whatever leaves the table
 _config_lock = new_lock(reentrant=False)
 #: the attribute of an error raised by a method body that holds its traceback from the body on
 _BODY_TB = "_specializer_body_traceback"
@@ -93,14 +95,26 @@ class CompilerConfig:
         self.options = options
         # the code cache's key and the config's identity: a small int per (backend, options),
         # so a find hashes an int (while a config holds the backend, no other has its id)
+        ident = (id(backend), options)
         with _config_lock():
-            self._key = _config_keys.setdefault((id(backend), options), len(_config_keys))
+            key = _config_keys.get(ident)
+            if key is None:
+                key = _config_keys[ident] = next(_next_config_key)
+            self._key = key
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, CompilerConfig) and self._key == other._key
+        return (
+            isinstance(other, CompilerConfig)
+            and self._key == other._key
+            and self.backend is other.backend
+        )
 
     def __hash__(self) -> int:
         return self._key
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the key is this process's: a copy or another process computes its own
+        return CompilerConfig, (self.backend, self.options)
 
     def __repr__(self) -> str:
         return f"CompilerConfig({self.backend.name}, {self.options!r})"

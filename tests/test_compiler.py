@@ -407,6 +407,23 @@ def test_compile_and_link_caches_per_method_instance_config_and_world_range():
     assert ci1.min_world == mi.method.min_world
 
 
+def test_a_copied_or_unpickled_config_is_keyed_anew():
+    import copy
+    import pickle
+
+    from pybackend import PyBackend
+
+    backend = PyBackend()
+    config = compiler.CompilerConfig(backend, ("b",))
+    others = [compiler.CompilerConfig(backend, (o,)) for o in ("zzz", "other")]
+    assert copy.copy(config) == config and hash(copy.copy(config)) == hash(config)
+    deep = copy.deepcopy(config)  # another backend object: never the same config
+    assert deep != config and deep.backend is not backend and deep.options == ("b",)
+    loaded = pickle.loads(pickle.dumps(config))
+    assert loaded != config and all(loaded != o and hash(loaded) != hash(o) for o in others)
+    assert loaded == compiler.CompilerConfig(loaded.backend, ("b",))
+
+
 def test_code_of_compiles_once_links_nowhere_and_is_seen_by_hooks():
     from specializer.kernels import code_of
 
