@@ -300,7 +300,7 @@ class Launcher:
         self, guards: list[str], kinds: list[str], ncaptured: int, instance: bool
     ) -> dict[str, Any]:
         return {
-            **self.launch_params(),
+            **self._option_params(),
             "captured": ncaptured,
             "instance": instance,
             "guards": guards,
@@ -310,9 +310,13 @@ class Launcher:
         }
 
     def launch_params(self) -> dict[str, Any]:
-        """The template parameters of this back-end's ``launch`` (``launch.py.j2``)."""
+        """The template parameters of this back-end's ``launch`` (``launch.py.j2``); an entry's
+        are the same without ``attr`` (so launchers' entries share a kept render)."""
+        return {**self._option_params(), "attr": self.front_attr}
+
+    def _option_params(self) -> dict[str, Any]:
         options, defaults, lifted = list(self.options), list(self.defaults), list(self.lifted)
-        return {"options": options, "defaults": defaults, "lifted": lifted, "attr": self.front_attr}
+        return {"options": options, "defaults": defaults, "lifted": lifted}
 
     def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
         """A launch its front entry does not hold: another entry of the kernel's chain, else
