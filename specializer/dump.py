@@ -188,6 +188,8 @@ def _write_file(path: Path, text: str) -> None:
 
 def _lock(fd: int, wait: bool) -> bool:
     """Lock the directory open as ``fd`` until the fd closes; whether it did (never on Windows)."""
+    if sys.platform == "win32":
+        return False
     import fcntl
 
     try:
@@ -225,7 +227,10 @@ def _remove_leftovers(out: Path) -> None:
             continue
         try:
             with contextlib.suppress(OSError):
-                if _lock(fd, wait=False) and all(map(_is_dumped_name, os.scandir(e.path))):
+                # (.mode: the umask probe of write_set, left by a write killed meanwhile)
+                if _lock(fd, wait=False) and all(
+                    d.name == ".mode" or _is_dumped_name(d) for d in os.scandir(e.path)
+                ):
                     shutil.rmtree(e.path, ignore_errors=True)
         finally:
             os.close(fd)

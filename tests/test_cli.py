@@ -685,6 +685,8 @@ def test_the_next_dump_removes_what_a_dump_killed_midway_left(tmp_path):
     (running / "lookup_x.py").write_text(HEADER)
     fd = os.open(running, os.O_RDONLY)
     fcntl.flock(fd, fcntl.LOCK_EX)
+    probing = tmp_path / ".dumped.probing1.tmp"  # killed while it read the umask: its kind
+    (probing / ".mode").mkdir(parents=True)
     try:
         r = cli("dump", "--out", str(out), str(prog), "float")
         assert r.returncode == 0, r.stderr
