@@ -18,7 +18,7 @@ from .locks import new_lock
 from .lookup import specialize
 from .methods import GenericFunction, Method, signature_of
 from .suggest import decorator_keywords
-from .types import DeviceArray, Struct, WeakScalar, public_module, type_name
+from .types import CONCRETE_SCALARS, DeviceArray, Struct, WeakScalar, public_module, type_name
 
 __all__ = [
     "SCALAR_TYPES",
@@ -41,7 +41,7 @@ SCALAR_TYPES: dict[type, type[np.generic]] = {
     bool: np.bool_,
     **{
         t: t
-        for t in set(np.sctypeDict.values())
+        for t in CONCRETE_SCALARS
         if issubclass(t, np.number | np.bool_) and not issubclass(t, np.timedelta64)
     },
 }

@@ -16,6 +16,7 @@ import numpy as np
 from .locks import new_lock
 
 __all__ = [
+    "CONCRETE_SCALARS",
     "WEAK",
     "DeviceArray",
     "Struct",
@@ -35,7 +36,8 @@ __all__ = [
 
 _intern_lock = new_lock()
 _structs: dict[np.dtype, type[Struct]] = {}
-_CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
+#: numpy's concrete scalar types: no abstract one (np.floating has no dtype), no subclass
+CONCRETE_SCALARS = frozenset(np.sctypeDict.values())
 #: the types a weak value out of a narrower one's range may take instead, narrowest first
 _WIDER = (np.int16, np.int32, np.int64, np.uint64, np.float32, np.float64)
 
@@ -107,7 +109,7 @@ class _ArrayMeta(_ArgTypeMeta):
             return cached
         # One class per dtype, whichever spelling came first (SPEC 8): np.int64's for np.longlong
         # on Linux; an abstract type (np.floating) is its own.
-        concrete = whole is None and t in _CONCRETE_SCALARS
+        concrete = whole is None and t in CONCRETE_SCALARS
         canonical = np.dtype(np.dtype(t).str).type if concrete else t
         if canonical is not t:
             cached = family[canonical]
@@ -308,7 +310,7 @@ def resolve_weak(t: type, declared: type) -> type:
     if (
         isinstance(declared, type)
         and issubclass(declared, t.family)
-        and declared in _CONCRETE_SCALARS
+        and declared in CONCRETE_SCALARS
         and not issubclass(t.default, declared)  # (nor t.default itself)
     ):
         return declared

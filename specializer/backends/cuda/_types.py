@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
-from ...types import WEAK, Struct, weak_type
+from ...types import CONCRETE_SCALARS, WEAK, Struct, weak_type
 from ._array import (
     DLPACK_CUDA,
     Array,
@@ -43,13 +43,9 @@ _SCALAR_ABI: dict[tuple[str, int], tuple[str, type]] = {
 }
 
 
-#: numpy's concrete scalar types: not an abstract one (np.floating has no dtype), nor a subclass
-_CONCRETE = frozenset(np.sctypeDict.values())
-
-
 def _abi(t: type) -> tuple[str, type] | None:
     """The spelling and parameter type of the concrete scalar type ``t`` (None if it has none)."""
-    if not isinstance(t, type) or t not in _CONCRETE:
+    if not isinstance(t, type) or t not in CONCRETE_SCALARS:
         return None
     dt = np.dtype(t)
     return _SCALAR_ABI.get((dt.kind, dt.itemsize))

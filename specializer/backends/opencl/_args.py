@@ -13,7 +13,16 @@ import pyopencl.array as cla
 import pyopencl.cltypes as _cltypes
 
 from ...kernels import SCALAR_TYPES, unsupported_argument
-from ...types import WEAK, DeviceArray, EltypeT_co, Struct, WeakScalar, type_name, weak_type
+from ...types import (
+    CONCRETE_SCALARS,
+    WEAK,
+    DeviceArray,
+    EltypeT_co,
+    Struct,
+    WeakScalar,
+    type_name,
+    weak_type,
+)
 
 
 class Array(DeviceArray[EltypeT_co]):
@@ -68,11 +77,10 @@ _ACCEPTED = (
     "scalars (np.void, or a 0-d array of a structured dtype such as pyopencl.cltypes.float4), "
     "and Python int, float and bool"
 )
-_CONCRETE = frozenset(np.sctypeDict.values())
 
 #: value class -> argument type, for the classes that alone decide it (one dict lookup)
 _BY_CLASS: dict[type, type] = {
-    **{t: t for t in SCALAR_TYPES.values() if t in _CONCRETE},
+    **{t: t for t in SCALAR_TYPES.values() if t in CONCRETE_SCALARS},
     **WEAK,
     cl.Buffer: Buffer,
     cl.LocalMemory: LocalMemory,
@@ -119,7 +127,7 @@ def _array_type(dtype: np.dtype) -> type[DeviceArray[Any]]:
 def _scalar_base(cls: type) -> type | None:
     """The numpy scalar type a subclass of one (``class MyFloat(np.float64)``) takes."""
     for base in cls.__mro__:
-        if base in _CONCRETE and base in _BY_CLASS:
+        if base in CONCRETE_SCALARS and base in _BY_CLASS:
             return base
     return None
 
@@ -205,7 +213,7 @@ def _c_type(t: Any) -> tuple[str, str]:
     if isinstance(t, type) and t in SCALAR_TYPES:
         dt = np.dtype(SCALAR_TYPES[t])
     elif isinstance(t, type) and issubclass(t, np.generic):
-        if t not in _CONCRETE:  # np.floating, np.number, ...: numpy's abstract scalar types
+        if t not in CONCRETE_SCALARS:  # np.floating, np.number, ...: numpy's abstract scalar types
             base = _scalar_base(t)
             if base is None:
                 raise TypeError(

@@ -11,8 +11,8 @@ import pyopencl as cl
 
 from ...compiler import CompilerJob, users_error
 from ...signatures import signature
-from ...types import Struct, type_name
-from ._args import _CONCRETE, Array, Buffer, Image, LocalMemory, Sampler, _c_type
+from ...types import CONCRETE_SCALARS, Struct, type_name
+from ._args import Array, Buffer, Image, LocalMemory, Sampler, _c_type
 
 _SCALAR_PARAMS: dict[str, tuple[str, int]] = {
     **{n: ("int", 1) for n in ("char", "uchar", "signed char", "unsigned char", "bool")},
@@ -179,7 +179,7 @@ def _param_mismatch(t: type, kind: str, size: int, layout: _Layout | None = None
     if isinstance(t, type) and issubclass(t, (Array, Buffer)):
         if kind not in ("__global", "__constant"):
             return "a buffer is a __global pointer"
-        dt = t.dtype if issubclass(t, Array) and t.eltype in _CONCRETE else None
+        dt = t.dtype if issubclass(t, Array) and t.eltype in CONCRETE_SCALARS else None
         theirs = None if dt is None else _dtype_layout(dt)
         if layout is None or theirs is None:
             return None
