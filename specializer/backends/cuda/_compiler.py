@@ -119,15 +119,9 @@ def device_arch(ctx: Context) -> str:
 
 
 def compiler_config(kwargs: tuple[tuple[str, Any], ...], context: Context | None) -> CompilerConfig:
-    """The config of sorted ``(name, value)`` compiler kwargs; ``arch`` defaults to the device's."""
+    """The config of sorted ``(name, value)`` compiler kwargs, each one of ``COMPILER_KWARGS``
+    (``_launch._kwkey`` refused the others); ``arch`` defaults to the device's."""
     kw = dict(kwargs)
-    unknown = sorted(set(kw) - set(COMPILER_KWARGS))
-    if unknown:
-        raise TypeError(
-            f"unknown compiler keyword argument(s) {', '.join(unknown)} (of cufunction, "
-            f"launch or code_ptx); "
-            f"accepted: {'; '.join(f'{k} ({v})' for k, v in COMPILER_KWARGS.items())}"
-        )
     if kw.get("arch") is not None:
         arch = _check_arch(kw["arch"])
     elif context is not None:

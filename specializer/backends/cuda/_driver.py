@@ -360,18 +360,18 @@ def synchronize() -> None:
     current_context().synchronize()
 
 
-# -- streams -----------------------------------------------------------------------------
-
-
 def release(call: Callable[[Any], Any], handle: Any, ctx: Context) -> None:
-    """A finalizer: ``call(handle)`` in ``ctx``, unless the context is gone (that freed it, and
-    the handle may be someone else's now)."""
+    """A finalizer (of arrays and streams): ``call(handle)`` in ``ctx``, unless the context is
+    gone (that freed it, and the handle may be someone else's now)."""
     if ctx.alive:
         try:
             with pushed(ctx):
                 call(handle)
         except Exception:  # a finalizer cannot report
             pass
+
+
+# -- streams -----------------------------------------------------------------------------
 
 
 class Stream:

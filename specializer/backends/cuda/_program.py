@@ -30,8 +30,9 @@ from ._toolkit import (
 
 @dataclass(frozen=True)
 class CUDAArtifact:
-    """What NVRTC made of a job, with its source, name expression, options and the key of the
-    NVRTC program the kernels of one source share."""
+    """What NVRTC made of a job, with its source, name expression, options and ``program``:
+    the key of the NVRTC program's output (its source's key and the name expressions compiled),
+    which the kernels compiled in that one program share (one module per key and context)."""
 
     source: str
     ptx: str
@@ -65,14 +66,15 @@ def nvrtc_compiles() -> int:
     return _compiles
 
 
-def _program_bytes(prog: Any, part: str, detail: str) -> bytes:
-    """The program's ``part`` (``ProgramLog``, ``PTX``, ``CUBIN``): ``nvrtcGet<part>``."""
-    what = f"nvrtcGet{part}"
-    size: int = nvrtc_check(getattr(nvrtc, f"{what}Size")(prog), what, detail)
+def _program_bytes(prog: Any, get_size: Any, get: Any, detail: str) -> bytes:
+    """The program's output that ``get`` copies (``nvrtc.nvrtcGetPTX``, ...), of the size
+    ``get_size`` gives."""
+    what = get.__name__
+    size: int = nvrtc_check(get_size(prog), what, detail)
     # NVRTC writes into the buffer: one of its own (CPython shares every bytes object of
     # length 0 or 1, so b" " * 1 is the interpreter's b" ", which a write would corrupt)
     buf = b" " * (size + 2)
-    nvrtc_check(getattr(nvrtc, what)(prog, buf), what, detail)
+    nvrtc_check(get(prog, buf), what, detail)
     return buf[:size]
 
 
@@ -206,7 +208,8 @@ def _run_nvrtc(
         with _compiles_lock():
             _compiles += 1
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
-        log = _program_bytes(prog, "ProgramLog", detail).rstrip(b"\0").decode(errors="replace")
+        raw = _program_bytes(prog, nvrtc.nvrtcGetProgramLogSize, nvrtc.nvrtcGetProgramLog, detail)
+        log = raw.rstrip(b"\0").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             return err, log, None
         lowered = {
@@ -215,9 +218,11 @@ def _run_nvrtc(
             ).decode()
             for e in expressions
         }
-        ptx = _program_bytes(prog, "PTX", detail).rstrip(b"\0").decode()
-        cubin = _program_bytes(prog, "CUBIN", detail) if arch.startswith("sm_") else None
-        return err, log, (ptx, cubin, lowered)
+        ptx = _program_bytes(prog, nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX, detail)
+        cubin = None
+        if arch.startswith("sm_"):
+            cubin = _program_bytes(prog, nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN, detail)
+        return err, log, (ptx.rstrip(b"\0").decode(), cubin, lowered)
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 

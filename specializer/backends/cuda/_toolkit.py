@@ -10,6 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ...locks import import_before_fork
 from ._nvrtc import nvrtc_version, version_str
@@ -39,17 +40,20 @@ class _HeaderDir:
 
 def _locate(kind: str) -> _HeaderDir:
     try:
-        pathfinder = importlib.import_module("cuda.pathfinder")
+        pathfinder: Any = importlib.import_module("cuda.pathfinder")
+    except ImportError:  # not installed: the environment's toolkit below
+        pathfinder = None
+    try:
         locate = getattr(pathfinder, "locate_nvidia_header_directory", None)
         if locate is not None:
             found = locate(kind)
             if found is not None and found.abs_path:
                 return _HeaderDir(kind, found.abs_path, f"cuda.pathfinder ({found.found_via})")
-        else:
+        elif pathfinder is not None:
             path = pathfinder.find_nvidia_header_directory(kind)
             if path:
                 return _HeaderDir(kind, path, "cuda.pathfinder")
-    except Exception:  # no cuda.pathfinder, or an older one that does not know this kind
+    except Exception:  # an older cuda.pathfinder that does not know this kind
         pass
     root = os.environ.get("CUDA_PATH", "").strip() or os.environ.get("CUDA_HOME", "").strip()
     if root:
