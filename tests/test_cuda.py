@@ -1878,6 +1878,71 @@ print(json.dumps(_program.nvrtc_compiles()))
     assert json.loads(out.stdout) == 0 and len(entry_files(tmp_path)) == 1
 
 
+def _programs_by_stripe(tmp_path, n):
+    """NVRTC programs of one kernel each, new to the disk cache, whose compiles hold different
+    locks (n of them), with the kernels' names."""
+    from specializer.backends.cuda import _program
+    from specializer.backends.cuda._source import Program
+
+    found = {}
+    for i in range(200):
+        name = f"striped_{i}"
+        src = f'extern "C" __global__ void {name}(float *x) {{ x[0] = {i}; }} // {tmp_path}\n'
+        p = Program(src, None, (), ARCH, ())
+        key = _program._program_key(p, _program.included_digest(src, (), None, (), name))
+        found.setdefault(_program.compile_lock(key), (p, name))
+        if len(found) == n:
+            return list(found.values())
+    raise AssertionError("no programs with different compile locks")
+
+
+def test_programs_compile_at_once_in_two_threads_and_one_program_once(tmp_path, monkeypatch):
+    # NVRTC releases the GIL: a compile must not hold a lock that another program's waits for
+    from specializer.backends.cuda import _program
+
+    monkeypatch.setenv("SPECIALIZER_CACHE_DIR", str(tmp_path))
+    real, runs = _program.nvrtc_compile, []
+    barrier = threading.Barrier(2, timeout=30)
+
+    def meeting(*args, **kwargs):  # each compile waits until the other one runs too
+        runs.append(args[0])
+        barrier.wait()
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_program, "nvrtc_compile", meeting)
+    (a, a_name), (b, b_name) = _programs_by_stripe(tmp_path, 2)
+    results, errors = {}, []
+
+    def compile_(p, name):
+        try:
+            results[name] = _program.compile_program(p, name, kernel=name)[1]
+        except Exception as e:  # a broken barrier: the compiles ran one after the other
+            errors.append(e)
+
+    threads = [threading.Thread(target=compile_, args=pn) for pn in ((a, a_name), (b, b_name))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(runs) == 2
+    assert f".entry {a_name}" in results[a_name].ptx and f".entry {b_name}" in results[b_name].ptx
+    # one program asked for by two threads at once: one NVRTC run, both get it
+    monkeypatch.setattr(
+        _program, "nvrtc_compile", lambda *a, **k: (runs.append(a[0]), real(*a, **k))[1]
+    )
+    ((c, c_name),) = _programs_by_stripe(tmp_path / "c", 1)
+    both = []
+    threads = [
+        threading.Thread(target=lambda: both.append(_program.compile_program(c, c_name)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 3 and both[0] == both[1]
+
+
 def test_a_template_instance_is_its_own_program_with_the_sources_kernels():
     from specializer.backends.cuda import _program
 

@@ -246,7 +246,9 @@ from specializer.backends.cuda import _program
 def one(x: cuda.Array[np.float32]) -> str:
     return 'extern "C" __global__ void one(float *x) { x[0] = 1; }'
 """
-    setup = "HOLDING = [_program._programs_lock, _program._compiles_lock]\n"
+    setup = (
+        "HOLDING = [_program._programs_lock, _program._compiles_lock, *_program._compile_locks]\n"
+    )
     child = "return '.entry one' in cuda.code_ptx(one, (cuda.Array[np.float32],), arch='sm_90')"
     assert forked(setup, child, backend) == "True"
 

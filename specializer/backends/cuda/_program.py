@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import includes
 from ...compiler import CompileError
-from ...locks import new_lock
+from ...locks import LockBox, new_lock
 from . import _diskcache
 from ._cxx import kernel_names
 from ._nvrtc import NVRTCError, nvrtc, nvrtc_check, nvrtc_version, version_str
@@ -277,7 +277,15 @@ def _compile_error(
 #: NVRTC programs built in this process, by what they are built from (the newest kept).
 _programs: OrderedDict[str, tuple[NVRTCResult, ...]] = OrderedDict()
 _PROGRAMS_KEPT = 64
-_programs_lock = new_lock(reentrant=False)
+_programs_lock = new_lock(reentrant=False)  # the table's, held for its reads and stores only
+#: A program compiles once: its compile holds the lock of its key's stripe, so programs of
+#: other stripes compile meanwhile (NVRTC releases the GIL; a lock per key would need a table)
+_compile_locks = tuple(new_lock(reentrant=False) for _ in range(16))
+
+
+def compile_lock(key: str) -> LockBox:
+    """The lock a compile of the program whose key is ``key`` holds."""
+    return _compile_locks[int(key[:8], 16) % len(_compile_locks)]
 
 
 def _program_key(p: Program, included: str) -> str:
@@ -304,18 +312,28 @@ def compile_program(p: Program, expression: str, kernel: str = "") -> tuple[str,
     (one source makes a program per template instance, each with a module of its own)."""
     included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
-    with _programs_lock():  # straight-line: the loops are in the called function
-        return _compile_program_locked(p, expression, kernel, key, included)
+    with compile_lock(key)():  # straight-line: the loops are in the called functions
+        r = _kept(key, expression)
+        if r is None:
+            r = _compile(p, expression, kernel, included)
+            with _programs_lock():
+                _programs[key] = (*_programs.get(key, ()), r)
+                _programs.move_to_end(key)
+                if len(_programs) > _PROGRAMS_KEPT:  # one more at a time
+                    _programs.popitem(last=False)
+    return _output_key(key, r), r
 
 
-def _compile_program_locked(
-    p: Program, expression: str, kernel: str, key: str, included: str
-) -> tuple[str, NVRTCResult]:
-    built = _programs.get(key, ())
-    for r in built:
-        if expression in r.lowered:
+def _kept(key: str, expression: str) -> NVRTCResult | None:
+    """The kept program of ``key`` that compiled ``expression`` (now the newest), if any."""
+    with _programs_lock():
+        built = _programs.get(key, ())
+        if built:
             _programs.move_to_end(key)
-            return _output_key(key, r), r
+    return next((r for r in built if expression in r.lowered), None)
+
+
+def _compile(p: Program, expression: str, kernel: str, included: str) -> NVRTCResult:
     extra = tuple(n for n in kernel_names(p.source) if n != expression)
     compile_ = functools.partial(
         nvrtc_compile,
@@ -334,11 +352,7 @@ def _compile_program_locked(
         if not extra or "__nv_name_map" not in e.log:
             raise
         r = compile_((expression,))
-    _programs[key] = (*built, r)
-    _programs.move_to_end(key)
-    while len(_programs) > _PROGRAMS_KEPT:
-        _programs.popitem(last=False)
-    return _output_key(key, r), r
+    return r
 
 
 def _output_key(key: str, r: NVRTCResult) -> str:
