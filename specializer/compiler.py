@@ -95,12 +95,8 @@ class CompilerConfig:
         self.options = options
         # the code cache's key and the config's identity: a small int per (backend, options),
         # so a find hashes an int (while a config holds the backend, no other has its id)
-        ident = (id(backend), options)
         with _config_lock():
-            key = _config_keys.get(ident)
-            if key is None:
-                key = _config_keys[ident] = next(_next_config_key)
-            self._key = key
+            self._key = _config_keys.setdefault((id(backend), options), next(_next_config_key))
 
     def __eq__(self, other: object) -> bool:
         return (

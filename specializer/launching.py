@@ -439,19 +439,11 @@ class Launcher:
         return other
 
     def mismatch(
-        self,
-        linked: Any,
-        looked: tuple[type, ...],
-        f: Any,
-        args: tuple[Any, ...],
-        opts: tuple[Any, ...],
-        kw: Any,
+        self, linked: Any, looked: tuple[type, ...], f: Any, args: Any, opts: Any, kw: Any
     ) -> Any:
         """A HostKernel call whose arguments failed its guard: launch if they have the types
-        it was looked up for (``looked``) after all (a numpy scalar subclass, an equal dtype),
-        or a Python scalar stands where it takes that scalar's default type (an ``int`` for
-        ``np.int64``, converted as ``np.int64(n)`` would be); else say which it takes. Decided
-        by the types alone, never by which launches came before."""
+        it was ``looked`` up for after all (a numpy scalar subclass, an equal dtype, a Python
+        scalar where it takes its default type), else say which it takes. By types alone."""
         F = self.definitions.kernel_type(f)
         tt = self.argtypes(args, F)
         if len(tt) == len(looked) and all(
