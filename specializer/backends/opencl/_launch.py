@@ -74,8 +74,9 @@ def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
 class HostKernel(launching.HostKernel):
     """``clfunction``'s result: the cached :class:`LinkedKernel` with the live kernel ``f``.
 
-    Call it like :func:`launch`, with arguments of the types it was looked up for:
-    ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
+    Call it like :func:`launch`, with arguments of the types it was looked up for (a Python
+    scalar also where it takes that scalar's default type, ``np.int64`` for an ``int``, on a
+    slower path): ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
     queue=None)`` (default: the queue of the lookup); a kernel instance's captured values are
     passed first, from ``f``, on each call. ``hk`` is the signature's generated call, bound to
     an instance of this class (``isinstance(hk, HostKernel)`` holds), with its attributes:
