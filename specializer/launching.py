@@ -1,184 +1,328 @@
-"""The launch path, written once for every back-end: ``launch``, the ``clfunction``-style
-lookup and the ``HostKernel`` call, generated per signature from ``templates/entry.py.j2``.
-The interface's reference is ``docs/reference-backend.md``; ``tests/pybackend.py`` is a
-complete minimal back-end built on it.
+"""The launch path, written once for every back-end: ``launch``, the lookup that makes a
+``HostKernel`` and its call, generated from the back-end's template (which extends
+``templates/launch.py.j2``), over two pieces of cached state:
+
+- a kernel's *launch cell*, one per kernel (or kernel instance type) and launcher: an
+  immutable tuple of its newest entries, each (world, where, compiler kwargs, invoker),
+  replaced whole by one store. ``launch`` reads the newest entry inline, as
+  ``cached_lookup`` reads its cell; the kernel's cell function (its cell bound as a default)
+  tries the others, then the slow path (:meth:`Launcher.miss`);
+- a linked kernel's *invokers*, one per full concrete signature (captured and argument
+  types), each a straight line that checks and sets every parameter by its kind and
+  enqueues (pyopencl's ``enqueue_knl_*`` is the model).
+
+A back-end implements the hooks of :class:`Launcher` (``docs/reference-backend.md``);
+``tests/pybackend.py`` and ``docs/backend.md`` hold complete small ones.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any, ClassVar
 
 import numpy as np
 
 from . import codegen
 from . import compiler as _compiler
-from . import launch_options as _options
 from . import world as _world
-from .entry_templates import check_backend, check_guard
-from .front_entries import CHAIN as CHAIN
-from .front_entries import Tried, alternate, guards_pass, new_entry
-from .host_kernels import DeviceUse, HostKernel, HostKernelType
-from .kernels import Definitions, Kernel, LookupSite
-from .launch_options import call_error, count_error, frozen, keyword_error, signature
-from .launch_options import captured_of as _captured
-from .launch_options import name_of as _name
-from .locks import new_lock
+from .kernels import Definitions, Kernel, KernelInstance, LookupSite
+from .lookup import forget_key
 from .methods import MethodError
-from .signatures import _is_weak
+from .signatures import signature
 from .suggest import unknown_keywords
-from .types import WEAK, type_name
-from .where_tables import _TOKEN, _keep, forget, table_in
+from .locks import new_lock
+from .types import WEAK, WeakScalar, type_name, weak_converter
 
 __all__ = [
-    "NOTHING",
+    "ENTRIES",
+    "MISS",
     "REQUIRED",
-    "DeviceUse",
     "HostKernel",
-    "HostKernelType",
+    "Kind",
     "Launcher",
     "forget",
     "signature",
-    "table_in",
+    "use_device",
 ]
 
-
-#: guards the attributes the launchers of this process have taken (Launcher._own_attrs)
-_ATTRS_LOCK = new_lock(reentrant=False)
-#: every launcher's front_attr and where_attr: each name is one launcher's, whatever its
-#: definitions (names only: a launcher lives as long as its definitions' kernels do)
-_TAKEN_ATTRS: frozenset[str] = frozenset()
-#: how many times a miss asks a `where` block and ``resolve`` again, together, before it
-#: calls their disagreement the back-end's (see Launcher._recognized)
-_WHERE_TRIES = 8
-#: the longest name of a generated entry (its def line fits in 100 columns, numbered)
+#: The default of a launch option the caller must give: a launch without it (or with a
+#: misspelling, ``global_sise=``) reaches the slow path, which names it.
+REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "<required>"})()
+#: What an invoker returns, having touched nothing, for arguments its guards refuse.
+MISS: Any = type("Miss", (), {"__repr__": lambda self: "<another signature's>"})()
+#: How many entries a launch cell keeps: a kernel launched on this many wheres, compiler
+#: kwarg sets or argument types in turn keeps hitting.
+ENTRIES = 8
+#: A cell's entry before any: no world is it.
+_EMPTY = (object(), None, None, None)
+#: The longest name of a generated function (its def line fits in 100 columns).
 _NAME_LIMIT = 88
-#: a lifted compiler kwarg that was not given
-NOTHING: Any = _options.NOTHING
-#: the default of a "required" launch option: a launch that misspells one (``global_sise=``)
-#: reaches the slow path, which names the misspelling
-REQUIRED: Any = _options.REQUIRED
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a back-end's ``kind`` says of one kernel parameter: how its template checks and
+    sets the value (``name``), and what the core renders and binds for it."""
+
+    #: the template's name for it ("array", "scalar", ...)
+    name: str
+    #: a launch argument's guard: its value's exact class (None: the template's own guard)
+    cls: type | None = None
+    #: and its dtype (an array's, a struct's), compared by identity, then by value
+    dtype: Any = None
+    #: what converts a value of a subclass of ``cls`` before it is set (slow path only)
+    exact: Callable[[Any], Any] | None = None
+    #: what a miss calls with (where, value) first: a ValueError for a value it cannot take
+    check: Callable[[Any, Any], None] | None = None
+    #: the template's globals for it, bound as ``_<key><i>``
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+
+class HostKernel:
+    """A kernel looked up for argument types ``tt`` in one *where*, ready to call like
+    ``launch`` without the kernel: ``hk(*args, <launch options>)``. Its call runs the
+    invoker of its lookup whatever the world (a redefinition does not change it: look up
+    again, or use ``launch``). Attributes: ``f`` (the kernel or kernel instance), ``tt``,
+    ``linked`` (the lookup's result), ``where`` and ``options`` (its lookup's launch options).
+    A back-end's subclass sets ``__call__ = <its launcher>.host_call`` and may add more."""
+
+    f: Any
+    tt: tuple[type, ...]
+    linked: Any
+    where: Any
+    invoke: Callable[..., Any]
+    options: dict[str, Any]
+
+    def __init__(
+        self,
+        f: Any,
+        tt: tuple[type, ...],
+        linked: Any,
+        where: Any,
+        invoke: Callable[..., Any],
+        options: dict[str, Any],
+    ) -> None:
+        self.f = f
+        self.tt = tt
+        self.linked = linked
+        self.where = where
+        self.invoke = invoke
+        self.options = options
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {signature(self.linked.name, self.tt)} of {self.f!r}>"
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a HostKernel holds device handles and cannot be pickled: pickle the kernel and "
+            "look it up again in the other process"
+        )
 
 
 class Launcher:
-    """A back-end's launch path. A back-end sets the attributes below and overrides
-    ``uncached_lookup``, ``resolve``, ``resolve_where``, ``key``, ``guard_of`` and ``kinds``
-    (and may override ``where_table`` and ``check_args``): the interface, each member with
-    its default and what it is for, as docs/reference-backend.md lists it."""
+    """A back-end's launch path. The hooks below, each with its default, are the interface
+    (``docs/reference-backend.md``); everything else is the core's."""
 
-    # -- what every back-end gives (no default) --
-    #: its entry template, which extends ``entry.py.j2`` and fills its blocks
-    template: ClassVar[str]
-    #: its launch options, in order, and each one's default: "required", "none", "zero", "false"
-    options: ClassVar[tuple[str, ...]]
-    defaults: ClassVar[tuple[str, ...]]
-    #: the attribute of a kernel (or kernel instance type) that holds its newest front entry
-    front_attr: str
-    #: the class of :meth:`uncached_lookup`'s results, the linked kernels (checked on a miss)
-    V: ClassVar[type]
-
-    # -- what a back-end may change --
-    #: its short name: the first part of its generated functions' names, and of its errors
+    # its short name: the first part of its generated functions' names and of its messages
     name: ClassVar[str] = "backend"
-    #: the variable its template's ``where`` block sets to the launch's where
-    where_name: ClassVar[str] = "where"
-    #: the key of each where's table in the where's own ``__dict__``; None: no where tables
-    where_attr: str | None = None
-    #: the compiler kwargs ``launch`` takes by name (each costs a launch that omits it)
-    lifted: ClassVar[tuple[str, ...]] = ()
-    #: every compiler kwarg's name, when all are known (then a miss names any other first)
+    # its template, which extends launch.py.j2: the `where` and the invoker's blocks
+    template: ClassVar[str] = "launch.py.j2"
+    # its launch options in order, each with its default (REQUIRED: the caller gives it)
+    options: ClassVar[Mapping[str, Any]] = {}
+    # the compiler kwargs its key takes (empty: any keyword that is not a launch option)
     compiler_kwargs: ClassVar[tuple[str, ...]] = ()
-    #: how an unknown keyword's message names the compiler options ("": compiler_kwargs)
-    compiler_help: ClassVar[str] = ""
-    #: every guard kind :meth:`guard_of` returns, and whether it checks the type's dtype
-    guard_kinds: ClassVar[dict[str, bool]] = {"cls": False, "cls_dtype": True}
-    #: the HostKernel subclass its lookup returns
-    host_class: ClassVar[type[HostKernel]] = HostKernel
-    #: what messages call its lookup ("clfunction")
+    # what messages call its lookup ("clfunction")
     lookup_name: ClassVar[str] = "the lookup"
-    #: what messages call its launch ("launch of kernel k is missing the launch option ...")
-    launch_name: ClassVar[str] = "launch"
-    #: what a fork means for it, in the fork error (``{launch}``: launch_name); None: fork-safe
-    fork_consequence: ClassVar[str | None] = (
-        "device contexts and queues do not survive fork, so a {launch} here would hang"
-    )
+    # what a fork means for it, said in the fork error (None: it is fork-safe)
+    fork_consequence: ClassVar[str | None] = _world.FORK_CONSEQUENCE
+    # its template's globals besides the core's (what the where and invoke blocks call)
+    namespace: ClassVar[Mapping[str, Any]] = {}
+
+    # the lookup key of a where and compiler kwargs, refusing kwargs it does not take
+    def key(self, where: Any, kw: dict[str, Any]) -> Hashable:
+        unknown = [k for k in kw if k not in self.compiler_kwargs]
+        if unknown:
+            raise self.keyword_error(unknown)
+        return (where, tuple(sorted(kw.items()))) if kw else (where, ())
+
+    # the uncached lookup: dispatch, compiled-code cache, the kernel linked for the key
+    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+        raise NotImplementedError(f"back-end {self.name!r} defines no uncached_lookup")
+
+    # the kind of a parameter of argument type t, concrete type r (captured: from capture)
+    def kind(self, t: type, r: type, captured: bool) -> Kind:
+        if issubclass(t, WeakScalar):
+            return Kind("weak", t.pytype, values={"convert": weak_converter(r)})
+        if issubclass(t, np.generic):
+            return Kind("value", t)
+        raise TypeError(f"back-end {self.name!r}: no kind for argument type {type_name(t)}")
+
+    # -- the core -------------------------------------------------------------------------
 
     def __init__(self, definitions: Definitions) -> None:
-        if hasattr(self, "link"):  # the name this method had: one name per idea now
-            raise TypeError(
-                f"back-end {self.name!r}: Launcher.link is now Launcher.uncached_lookup (the "
-                "uncached lookup; a Backend's link links one artifact): rename the method"
-            )
         self.definitions = definitions
         self.typeof = definitions.typeof
-        check_backend(self)  # a back-end's mistake, refused now (entry_templates)
-        self._own_attrs(definitions)
-        _world.declare_fork(  # under the name check_fork gives world.check_fork
+        self._lock = new_lock(reentrant=False)  # cells' stores and factories
+        #: each HostKernel call reads it: None, or in a fork of the device's user its check
+        self.fork: list[Callable[[], None] | None] = [None]
+        _launchers.add(self)
+        _world.declare_fork(
             f"specializer's {self.name} back-end",
             None
             if self.fork_consequence is None
-            else self.fork_consequence.format(launch=self.launch_name),
+            else self.fork_consequence.format(launch="launch"),
         )
-        self.other = self._make_other()
-        self._misses = 0
-        self._misses_lock = new_lock(reentrant=False)
-        #: the generated launch path of each signature: code, bound to this launcher's globals
-        #: (what its kinds() gives), so each launcher has its own
-        self._factories: dict[tuple[Any, ...], Callable[..., Any]] = {}
-        self._factories_lock = new_lock(reentrant=False)
-        self.site = LookupSite(definitions, self.V, self.uncached_lookup)
-        self.launch = codegen.generate(
-            "launch.py.j2",
-            (self.name, "launch"),
-            {"_miss": self.miss, "_NOTHING": NOTHING, "_REQUIRED": REQUIRED},
-            f"{self.name}: launch(f, *args, {', '.join(self.options)})",
-            **self.launch_params(),
-        )
+        self.attr = _take_attribute(self.name, definitions)
+        #: the kernels with a launch cell of this launcher (forget() clears their entries)
+        self._kernels: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: the invoker factory of each signature: (captured, types, concrete types) -> code
+        self._factories: dict[tuple[Any, ...], Callable[[Any], Any]] = {}
+        self.site = LookupSite(definitions, object, self.uncached_lookup)
+        names = list(self.options)
+        core = {"_OPTIONS": tuple(self.options.values()), "_TASK": _world.task_cell}
+        core |= {"_MISS": MISS, "_miss": self.miss, **self.namespace}
 
-    def _own_attrs(self, definitions: Definitions) -> None:
-        """Take ``front_attr`` and ``where_attr``, numbered (``_2``...) where another launcher
-        of this process has them, so two launchers never run each other's entries."""
-        global _TAKEN_ATTRS
-        with _ATTRS_LOCK():
-            taken = _TAKEN_ATTRS
-            front, where = _free_attrs(self.front_attr, self.where_attr, taken)
-            _TAKEN_ATTRS = taken | {front} | ({where} if where else set())
-            self.front_attr, self.where_attr = front, where
-            definitions.kernel_attrs += (
-                (front,) if _TOKEN in definitions.kernel_attrs else (front, _TOKEN)
+        def part(part: str, what: str, **more: Any) -> Any:
+            return codegen.generate(
+                self.template,
+                (self.name, part),
+                {**core, **more},
+                f"{self.name}: {what}",
+                part=part,
+                options=names,
+                attr=self.attr,
             )
-            definitions.kernel_slots(*definitions.kernel_attrs)
 
-    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
-        """The uncached lookup of (F, tt) for ``key``; its result has a ``bound`` dict."""
-        raise NotImplementedError
+        self.launch = part("launch", f"launch(f, *args, {', '.join(names)})")
+        self._cell_function = part("cell", "a kernel's launch cell")
+        self.where_of = part("where", "the where of a lookup's options")
+        self.host_call = part(
+            "host",
+            "a HostKernel's call",
+            _FORK=self.fork,
+            _refuse=self._refuse,
+            _other_where=self._other_where,
+            _mismatch=self.mismatch,
+        )
 
-    def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-        """The where of a launch with options ``opts``, and ``opts`` with it filled in."""
-        raise NotImplementedError
+    def miss(
+        self, f: Any, args: tuple[Any, ...], where: Any, kw: dict[str, Any], opts: tuple[Any, ...]
+    ) -> Any:
+        """A launch no entry of its kernel's cell took: check, type, look up, run the
+        signature's invoker and keep an entry for the next launch."""
+        F = self.definitions.kernel_type(f)
+        self.definitions.own(F)
+        self.check_fork()
+        w = _world.task_cell()[0]  # before the lookup: see _store
+        error = _call_error(self, F, len(args), opts, kw)
+        if error is not None:  # raised here: the fewest library frames above the user's line
+            raise error
+        tt = self.argtypes(args, F)
+        linked = self._lookup(F, tt, self.key(where, kw))
+        self.check_fork()  # again: a compile hook of the lookup may have forked
+        invoke, kinds = self._invoker(linked, F, tt)
+        self._check(kinds, where, f, args)
+        r = invoke(f, args, *opts)
+        if r is MISS:  # a value of a subclass of its guard's class: typed, so launched anyway
+            return invoke(f, args, *opts, True)
+        self._store(F, w, where, kw, invoke)
+        return r
 
-    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
-        """The lookup key (a tuple) for ``where`` and compiler kwargs ``kw`` (refusing unknown
-        ones, naming the launch options and the compiler options)."""
-        raise NotImplementedError
+    def _store(self, F: Any, w: Any, where: Any, kw: dict[str, Any], invoke: Any) -> None:
+        """Keep (w, where, kw, invoke) as the newest entry of ``F``'s cell, dropping the one
+        it replaces and those of other worlds, which no launch reads again. Only in the world
+        the lookup ran in and only while that is the latest: not in a pinned task, nor while a
+        hook or precompile mode is on (w is None then), nor after a definition meanwhile."""
+        if w is None or _world.task_cell()[0] is not w:
+            return
+        frozen_kw = _frozen(kw) if kw else None
+        if frozen_kw is _UNFROZEN:  # a value of a type that may change in place: no entry
+            return
+        entry = (w, where, frozen_kw, invoke)
+        with self._lock():
+            cell = getattr(F, self.attr, None)
+            if cell is None:
+                cell = [(_EMPTY,), None]
+                name = f"{self.name}_cell_{codegen.identifier(_name_of(F))}"
+                # one function per kernel, its cell bound as a default: code made once
+                code = self._cell_function
+                cell[1] = FunctionType(code.__code__, code.__globals__, name, (cell,))
+                setattr(F, self.attr, cell)
+                self._kernels.add(F)
+            kept = tuple(
+                e for e in cell[0] if e[0] is w and not (e[1] is where and e[2] == frozen_kw)
+            )
+            cell[0] = (entry, *kept)[:ENTRIES]  # the one store that publishes it
 
-    def kinds(
-        self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
-    ) -> tuple[list[str], list[str], dict[str, Any]]:
-        """For lookup types ``tt`` and their concrete types ``resolved`` (captured ones
-        first): the guard of each launch argument, the kind of each parameter, and the
-        template's other globals. Shared by every kernel of the signature: nothing in it may
-        be one kernel's."""
-        raise NotImplementedError
+    def _invoker(self, linked: Any, F: Any, tt: tuple[type, ...]) -> tuple[Any, list[Kind]]:
+        """The invoker of (``F``'s captured types, ``tt``) for ``linked``, made once, and the
+        kinds of its parameters."""
+        captured = None if isinstance(F, Kernel) else tuple(F.captured)  # None: no instance
+        ident = (self, captured, tt)
+        try:
+            made = linked.invokers.get(ident)
+        except AttributeError:
+            raise TypeError(
+                f"back-end {self.name!r}: uncached_lookup returned {type(linked).__name__}, "
+                "which has no `invokers` dict (the core keeps each signature's invoker there)"
+            ) from None
+        if made is None:
+            factory, kinds = self._factory(captured, tt, tuple(linked.tt))
+            made = linked.invokers.setdefault(ident, (factory(linked), kinds))
+        return made  # type: ignore[no-any-return]
 
-    def guard_of(self, t: type) -> tuple[str, type, Any]:
-        """The guard of argument type ``t``: (guard kind, class, dtype or None)."""
-        raise NotImplementedError
+    def _factory(
+        self, instance: tuple[type, ...] | None, tt: tuple[type, ...], resolved: tuple[type, ...]
+    ) -> tuple[Callable[[Any], Any], list[Kind]]:
+        ident = (instance, tt, resolved)
+        made = self._factories.get(ident)
+        if made is not None:
+            return made  # type: ignore[return-value]
+        captured = instance or ()
+        full = captured + tt
+        kinds = [self.kind(t, r, i < len(captured)) for i, (t, r) in enumerate(zip(full, resolved))]
+        namespace: dict[str, Any] = {
+            "_OPTIONS": tuple(self.options.values()),
+            "_MISS": MISS,
+            "_ndarray": np.ndarray,
+            **self.namespace,
+        }
+        for i, k in enumerate(kinds):
+            namespace[f"_C{i}"], namespace[f"_D{i}"], namespace[f"_X{i}"] = k.cls, k.dtype, k.exact
+            namespace.update({f"_{key}{i}": v for key, v in k.values.items()})
+        parts = (f"{self.name}_invoker", *(type_name(t) for t in full))
+        if instance is not None:
+            parts += (f"captured_{len(captured)}",)
+        with self._lock():
+            made = self._factories.get(ident)
+            if made is None:
+                factory = codegen.generate(
+                    self.template,
+                    (codegen.identifier(*parts, limit=_NAME_LIMIT),),
+                    namespace,
+                    f"{self.name} invoker of ({', '.join(map(type_name, full))})",
+                    part="invoker",
+                    options=list(self.options),
+                    attr=self.attr,
+                    kinds=[k.name for k in kinds],
+                    dtypes=[k.dtype is not None for k in kinds],
+                    exact=[k.exact is not None for k in kinds],
+                    captured=len(captured),
+                    instance=instance is not None,
+                )
+                made = self._factories[ident] = (factory, kinds)
+        return made  # type: ignore[return-value]
 
-    # -- the core ---------------------------------------------------------------------------
+    def _check(self, kinds: list[Kind], where: Any, f: Any, args: tuple[Any, ...]) -> None:
+        """What the kinds check of the values (captured ones too) against the where."""
+        values = (*_values_of(f), *args)
+        for k, v in zip(kinds, values):
+            if k.check is not None:
+                k.check(where, v)
 
     def argtypes(self, args: tuple[Any, ...], F: Any = None) -> tuple[type, ...]:
         """``typeof`` of each argument; an error names its position (and the kernel ``F``)."""
@@ -187,7 +331,7 @@ class Launcher:
             return tuple(map(typeof, args))
         except (TypeError, ValueError):
             pass
-        of = "" if F is None else f" of kernel {_name(F)}"
+        of = "" if F is None else f" of kernel {_name_of(F)}"
         out = []
         for i, a in enumerate(args):
             try:
@@ -216,245 +360,51 @@ class Launcher:
             out.append(WEAK.get(t, t))
         return tuple(out)
 
-    def bound(self, linked: Any, tt: tuple[type, ...], F: Any) -> tuple[Callable[..., Any], ...]:
-        """``(run, front, host, where_of)`` for ``linked`` and ``tt``, made once: the slow
-        path's launch, the maker of front entries, the maker of a HostKernel's call, and the
-        `where` block; the first three bind the signature's one generated entry."""
-        instance = not isinstance(F, Kernel)
-        # keyed on this launcher too: what it holds calls this launcher's miss and reads its
-        # globals (a linked kernel is shared by the launchers over one definitions)
-        ident = (self.front_attr, tt, instance)
-        b = linked.bound.get(ident)
-        if b is None:
-            captured = _captured(F)
-            factory = self._factory(captured + tt, tuple(linked.tt), len(captured), instance)
-            bind, host, where_of = factory(
-                linked,
-                functools.partial(self.mismatch, linked, tt),
-                self.unknown,
-                self.host_class.device_use.fork,
-            )
-            nothing = (NOTHING,) * len(self.lifted)
-            # the slow path's binding (no world, no where) checks nothing but the count
-            slow = bind(None, None, NOTHING, None, None, None, None, *nothing)
-
-            def run(f: Any, args: tuple[Any, ...], *opts: Any) -> Any:
-                return slow(f, args, *opts, *nothing, {})
-
-            b = linked.bound.setdefault(
-                ident, (run, functools.partial(bind, self.miss), host, where_of)
-            )
-        bound: tuple[Callable[..., Any], ...] = b
-        return bound
-
-    def _factory(
-        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
-    ) -> Callable[..., Any]:
-        ident = (full, resolved, ncaptured, instance)
-        factory = self._factories.get(ident)
-        if factory is not None:
-            return factory
-        with self._factories_lock():
-            factory = self._factories.get(ident)
-            if factory is None:
-                parts, namespace, params = self.template_params(full, resolved, ncaptured, instance)
-                factory = codegen.generate(
-                    self.template,
-                    parts,
-                    namespace,
-                    f"{self.name} launch path for ({', '.join(map(type_name, full))})",
-                    **params,
-                )
-                self._factories[ident] = factory
-        return factory
-
-    def template_params(
-        self, full: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int, instance: bool
-    ) -> tuple[tuple[str, ...], dict[str, Any], dict[str, Any]]:
-        """The generated function's name parts, globals and template parameters for one
-        signature (what ``tools/regen_generated.py`` renders for review too)."""
-        guards, kinds, namespace = self.kinds(full, resolved, ncaptured)
-        namespace = {
-            "_TASK": _world.task_cell,
-            "_ndarray": np.ndarray,
-            "_REQUIRED": REQUIRED,
-            "_NOTHING": NOTHING,
-            **namespace,
-        }
-        declared = []
-        for i, t in enumerate(full[ncaptured:], ncaptured):
-            kind, cls, dtype = self.guard_of(t)
-            check_guard(self, t, kind)
-            declared.append((t, kind, cls, dtype))
-            namespace[f"_C{i}"] = cls
-            namespace[f"_D{i}"] = dtype
-        namespace["_GUARDS"] = tuple(declared)  # what a miss checks its arguments against
-        parts = (f"{self.name}_entry", *(type_name(t) for t in full))
-        if instance:
-            parts += (f"captured_{ncaptured}",)
-        # short enough that `def <name>(`, numbered (__<n>), fits in 100 columns
-        parts = (codegen.identifier(*parts, limit=_NAME_LIMIT),)
-        return parts, namespace, self._params(guards, kinds, ncaptured, instance)
-
-    def _params(
-        self, guards: list[str], kinds: list[str], ncaptured: int, instance: bool
-    ) -> dict[str, Any]:
-        return {
-            **self._option_params(),
-            "captured": ncaptured,
-            "instance": instance,
-            "guards": guards,
-            "kinds": kinds,
-            "all_lifted": bool(self.lifted) and set(self.lifted) == set(self.compiler_kwargs),
-            "where": self.where_name,
-        }
-
-    def launch_params(self) -> dict[str, Any]:
-        """The template parameters of this back-end's ``launch`` (``launch.py.j2``); an entry's
-        are the same without ``attr`` (so launchers' entries share a kept render)."""
-        return {**self._option_params(), "attr": self.front_attr}
-
-    def _option_params(self) -> dict[str, Any]:
-        options, defaults, lifted = list(self.options), list(self.defaults), list(self.lifted)
-        return {"options": options, "defaults": defaults, "lifted": lifted}
-
-    def miss(self, f: Any, args: tuple[Any, ...], opts: tuple[Any, ...], kw: dict[str, Any]) -> Any:
-        """A launch its front entry does not hold: another entry of the kernel's chain, else
-        the slow path (type, look up, publish a front entry, launch). ``opts``: the launch
-        options, then the lifted compiler kwargs (``NOTHING`` where not given)."""
-        F = self.definitions.kernel_type(f)
-        n = len(self.options)
-        given = opts[:n]
-        w = _world.task_cell()[0]  # before the lookup: see _publish
-        if kw.__class__ is Tried:  # the miss of an entry tried below: the slow path
-            kw = dict(kw)
-        elif w is not None:
-            # an entry of this world was published in this process after its fork check,
-            # for a kernel of ours: neither is checked again, as a hit checks neither
-            entry = alternate(getattr(F, self.front_attr, None), w, opts[n:], kw)
-            if entry is not None:
-                return entry(f, args, *opts, Tried(kw))
-        if not hasattr(F, self.front_attr):  # a kernel with an entry of ours is ours
-            self.definitions.own(F)
-        self.check_fork()
-        for k, v in zip(self.lifted, opts[n:]):
-            if v is not NOTHING:
-                kw = {**kw, k: v}
-        error = call_error(self, F, len(args), given, kw)
-        if error is not None:  # raised here: the fewest library frames above the user's line
-            raise error
-        where, opts = self.resolve(given)  # the launch's one read of a default where
-        self.check_args(where, f, args)
-        tt = self.argtypes(args, F)
-        key = self.key(where, kw)
-        linked = self._lookup(F, tt, key)
-        self.check_fork()  # again: a compile hook of the lookup may have forked
-        with self._misses_lock():
-            self._misses += 1
-        run, front, _, where_of = self.bound(linked, tt, F)
-        # published only if the arguments pass its guards: another class's (a subclass's)
-        # would only push entries that hit out of the chain
-        if guards_pass(self, args, front) and self._recognized(where, given, where_of):
-            self._publish(F, w, where, kw, front)
-        return run(f, args, *opts)
-
-    @property
-    def misses(self) -> int:
-        """How many launches took the slow path: what a test counts to see launches hit."""
-        return self._misses
-
-    def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        """What a miss checks of the arguments (and captured values) against the where,
-        first; a front entry for that where and those types need not. Default: nothing."""
-
-    def _recognized(self, where: Any, given: tuple[Any, ...], where_of: Callable[..., Any]) -> bool:
-        """Whether the `where` block gives what :meth:`resolve` gave for ``given``. Another
-        thread may change a default between the two reads: then both are asked again, and
-        the back-end is refused only when they never agree (a racing launch publishes no
-        entry)."""
-        entry_where = where_of(*given)
-        if entry_where is where:
-            return True
-        for _ in range(_WHERE_TRIES):
-            if where_of(*given) is self.resolve(given)[0]:
-                return False  # the default changed meanwhile: the block is right
-        raise TypeError(
-            f"back-end {self.name!r}: the `where` block of template {self.template!r} sets "
-            f"{self.where_name} to {entry_where!r} for a launch whose where is {where!r} "
-            "(Launcher.resolve): a front entry compares the two by identity, so every such "
-            "launch would take the slow path. Make the block give what resolve gives (fill "
-            "an option left to its default the same way)"
-        )
-
-    def _publish(self, F: Any, w: Any, where: Any, kw: dict[str, Any], front: Any) -> None:
-        # Only for the world the lookup ran in, and only if that is still the latest world:
-        # not in a pinned task, nor while a hook or precompile mode is on (w is None then, or
-        # is by now), nor when a definition raised the world during the lookup.
-        if w is not None and _world.task_cell()[0] == w:
-            kw = frozen(kw)
-            if kw is NOTHING:  # a value of a type that may change in place: no entry
-                return
-            lifted = tuple(kw.pop(k, NOTHING) for k in self.lifted)
-            table = self.where_table(where)
-            # chained to the kernel's newest entry where that is for this where and world
-            # (front_entries: CHAIN, alternates)
-            prev = getattr(F, self.front_attr, None)
-            prev = getattr(prev, "__func__", prev)  # a kernel instance type's staticmethod
-            F_ref = weakref.ref(F)
-            entry = new_entry(front, prev, F_ref, self.other, w, where, kw, lifted)
-            # A kernel holds its entry itself; a kernel instance type as a staticmethod, so
-            # that reading it through an instance does not bind the instance to it.
-            held = entry if isinstance(F, Kernel) else staticmethod(entry)  # callable too
-            if table is not None:  # what makes the entry again, without the where (which a
-                # table must not hold: a where's table may live beside it, not in it)
-                _keep(table, F, (front, w, kw, F_ref, lifted))
-            setattr(F, self.front_attr, held)
-
-    def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        """The *where table* of ``where`` (what remakes a kernel's front entry for it, by
-        kernel token), living exactly as long as the where. Default: a dict in the where's
-        ``__dict__`` under ``where_attr``, made unless ``make`` is false; None where there is
-        none. A back-end whose wheres cannot carry one overrides this."""
-        name = self.where_attr
-        d = None if name is None else getattr(where, "__dict__", None)
-        return None if d is None or name is None else table_in(d, name, make)
-
-    def _make_other(self) -> Callable[[Any, Any], Any]:
-        """``other(F, where)``: ``F``'s front entry for ``where`` made again from the where's
-        table, or None; it becomes the kernel's newest, so only the where launched on last is
-        held."""
-        attr, table_of, instance = self.front_attr, self.where_table, staticmethod
-
-        def other(F: Any, where: Any) -> Any:
-            try:
-                kept = table_of(where, False)[F._specializer_token]  # type: ignore[index]
-                front, w, kw, F_ref, lifted = kept
-            except (KeyError, TypeError, AttributeError):  # no table, or never kept in one
-                return None
-            entry = front(w, where, kw, F_ref, other, None, *lifted)  # (new_entry's, unchained)
-            entry.chain, entry.alternates = (w, where, kw, lifted, 0), ()
-            setattr(F, attr, entry if isinstance(F, Kernel) else instance(entry))
-            return entry
-
-        return other
-
-    def mismatch(
-        self, linked: Any, looked: tuple[type, ...], f: Any, args: Any, opts: Any, kw: Any
+    def function(
+        self,
+        host_kernel: type[HostKernel],
+        f: Any,
+        tt: Any,
+        options: Mapping[str, Any],
+        kw: dict[str, Any],
     ) -> Any:
-        """A HostKernel call whose arguments failed its guard: launch if they have the types
-        it was ``looked`` up for after all (a numpy scalar subclass, an equal dtype, a Python
-        scalar where it takes its default type), else say which it takes. By types alone."""
+        """The lookup of ``f`` for types ``tt`` in the where the launch ``options`` select,
+        as a new ``host_kernel`` around the cached lookup's result (``clfunction``)."""
+        if getattr(host_kernel, "__call__", None) is not self.host_call:
+            raise TypeError(
+                f"back-end {self.name!r}: {host_kernel.__qualname__} does not call through "
+                "its launcher: set `__call__ = <launcher>.host_call` in its class body"
+            )
         F = self.definitions.kernel_type(f)
+        self.definitions.own(F)
+        self.check_fork()
+        tt = self.tt_of(tt)
+        error = _count_error(F, len(tt), f"{self.lookup_name}'s tt")
+        if error is not None:
+            raise error
+        where, opts = self.where_of(**options)
+        linked = self._lookup(F, tt, self.key(where, kw))
+        self.check_fork()  # again: a compile hook of the lookup may have forked
+        invoke = self._invoker(linked, F, tt)[0]
+        return host_kernel(f, tt, linked, where, invoke, dict(zip(self.options, opts)))
+
+    def mismatch(self, hk: HostKernel, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
+        """A HostKernel call whose arguments failed its invoker's guards: launch if they have
+        the types it was looked up for after all (values of subclasses; a Python scalar where
+        it takes the scalar's default type), else say which it takes. By types alone."""
+        F = self.definitions.kernel_type(hk.f)
         tt = self.argtypes(args, F)
-        if len(tt) == len(looked) and all(
-            t is s or (_is_weak(t) and t.default is s) for t, s in zip(tt, looked)
+        if tt == hk.tt:
+            return hk.invoke(hk.f, args, *opts, True)
+        if len(tt) == len(hk.tt) and all(
+            t is s or (issubclass(t, WeakScalar) and t.default is s) for t, s in zip(tt, hk.tt)
         ):
-            return self.bound(linked, tt, F)[0](f, args, *opts[: len(self.options)])
+            return self._invoker(hk.linked, F, tt)[0](hk.f, args, *opts, True)
         raise TypeError(
-            f"a HostKernel of {signature(linked.name, linked.tt)} was called with arguments of "
-            f"types ({', '.join(map(type_name, tt))}), not the types it was looked up for; look "
-            f"it up for those with {self.lookup_name}, or use launch(f, *args, ...), which "
-            "looks up what it is given"
+            f"a HostKernel of {signature(hk.linked.name, hk.linked.tt)} was called with "
+            f"arguments of types ({', '.join(map(type_name, tt))}), not the types it was looked "
+            f"up for; look it up for those with {self.lookup_name}, or use launch(f, *args, "
+            "...), which looks up what it is given"
         )
 
     def _lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
@@ -471,66 +421,190 @@ class Launcher:
             raise
 
     def check_fork(self) -> None:
-        """Record that this process uses the device, or raise the fork error in a fork of
-        the process that did (SPEC 9). Called on a miss and a lookup, and by a back-end's
-        queue, context and array helpers. The record is the ``host_class``'s, shared by the
-        launchers of one back-end as they share the device."""
-        pid = os.getpid()
-        use = self.host_class.device_use
-        if use.pid is None:
-            use.pid = pid
-            if hasattr(os, "register_at_fork"):  # (twice if two threads get here: harmless)
-                os.register_at_fork(after_in_child=self._refuse_host_kernels)
-        elif use.pid != pid:
-            _world.check_fork(f"specializer's {self.name} back-end")
+        """Record that this process uses the back-end's device, or raise the fork error in
+        a fork of the process that did (:func:`use_device`)."""
+        use_device(self.name)
 
-    def _refuse_host_kernels(self) -> None:
-        """In a fork of this back-end's user, every HostKernel call raises the fork error:
-        one store into the cell each call reads, nothing patched."""
-        self.host_class.device_use.fork[0] = self.check_fork
+    def _refuse(self, hk: HostKernel, kw: dict[str, Any]) -> None:
+        """A HostKernel call given keywords that are not launch options, or made in a fork."""
+        self.check_fork()
+        if kw:
+            compiler = ", ".join(self.compiler_kwargs) or "compiler options"
+            raise TypeError(
+                f"unknown keyword argument(s) "
+                f"{unknown_keywords(kw, (*self.options, *self.compiler_kwargs))} for a "
+                f"HostKernel call: its launch options are {', '.join(self.options)} "
+                f"(compiler options, {compiler}, go to {self.lookup_name}, which looks the "
+                "kernel up with them)"
+            )
 
-    def unknown(self, kw: dict[str, Any]) -> None:
-        """A HostKernel call given keywords that are not launch options: say which are."""
-        compiler = ", ".join(self.compiler_kwargs) or "compiler options"
-        raise TypeError(
-            f"unknown keyword argument(s) "
-            f"{unknown_keywords(kw, (*self.options, *self.compiler_kwargs))} for a HostKernel "
-            f"call: its launch options are {', '.join(self.options)} (compiler options, "
-            f"{compiler}, go to {self.lookup_name}, which looks the kernel up with them)"
+    def _other_where(self, hk: HostKernel, where: Any) -> ValueError:
+        return ValueError(
+            f"a HostKernel of {signature(hk.linked.name, hk.linked.tt)} was looked up for "
+            f"{hk.where!r} and called for {where!r}: look it up there with {self.lookup_name}, "
+            "or use launch(f, *args, ...), which looks up where it launches"
         )
 
     def keyword_error(self, unknown: Iterable[str]) -> TypeError:
-        """The error naming keywords that are neither launch nor compiler options, with the
-        nearest valid one (SPEC 8); a back-end's ``key`` may raise it too."""
-        return keyword_error(self, unknown)
-
-    def function(self, f: Any, tt: Any, where_opt: Any, kw: dict[str, Any]) -> HostKernel:
-        """The lookup of ``f`` for types ``tt`` in the where ``where_opt`` selects, as a new
-        HostKernel around the cached lookup's result."""
-        F = self.definitions.kernel_type(f)
-        self.definitions.own(F)
-        self.check_fork()
-        tt = self.tt_of(tt)
-        error = count_error(self, F, len(tt), f"{self.lookup_name}'s tt")
-        if error is not None:
-            raise error
-        where = self.resolve_where(where_opt)
-        linked = self._lookup(F, tt, self.key(where, kw))
-        self.check_fork()  # again: a compile hook of the lookup may have forked
-        call = self.bound(linked, tt, F)[2](f, where)
-        hk: HostKernel = self.host_class.new(call, f, where, tt, linked)
-        return hk
-
-    def resolve_where(self, where_opt: Any) -> Any:
-        """The where a lookup given ``where_opt`` (None: the default) is for."""
-        raise NotImplementedError
+        """The error for keywords that are neither launch nor compiler options, with the
+        nearest valid one (SPEC 8)."""
+        compiler = (
+            f"compiler options are {', '.join(self.compiler_kwargs)}"
+            if self.compiler_kwargs
+            else "any other keyword is a compiler option"
+        )
+        names = unknown_keywords(unknown, (*self.options, *self.compiler_kwargs))
+        return TypeError(
+            f"unknown keyword argument(s) {names}: launch options are "
+            f"{', '.join(self.options)}; {compiler}"
+        )
 
 
-def _free_attrs(front: str, where: str | None, taken: frozenset[str]) -> tuple[str, str | None]:
-    """``front`` and ``where``, numbered (``_2``...) until no launcher has taken them."""
-    n = 1
-    f, w = front, where
-    while f in taken or (w is not None and w in taken):
-        n += 1
-        f, w = f"{front}_{n}", None if where is None else f"{where}_{n}"
-    return f, w
+#: every launcher (forget() clears their cells; a fork's child refuses their HostKernels)
+_launchers: weakref.WeakSet[Launcher] = weakref.WeakSet()
+#: back-end name -> the process that used its device
+_used: dict[str, int] = {}
+
+
+def use_device(name: str) -> None:
+    """Record that this process uses back-end ``name``'s device, or raise the fork error in a
+    fork of the process that did (SPEC 9). Called on a miss and a lookup, and by a back-end's
+    queue, context and array helpers."""
+    pid = os.getpid()
+    if _used.setdefault(name, pid) != pid:
+        _world.check_fork(f"specializer's {name} back-end")
+
+
+def _after_fork_in_child() -> None:
+    # Every HostKernel of a back-end whose device the parent used raises the fork error: one
+    # store into the cell each call reads, nothing patched.
+    for launcher in list(_launchers):
+        if launcher.name in _used:
+            launcher.fork[0] = launcher.check_fork
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forget(part: Any) -> list[Any]:
+    """A context (or the token ``part`` of lookup keys and wheres that stands for it) is gone
+    for good: drop the launch cells' entries for it, the lookup results keyed by it and what
+    was linked for it, and return the dropped linked kernels. Takes no lock (it runs from
+    finalizers): each step is one store."""
+
+    def names(x: Any) -> bool:
+        return x is part or (x.__class__ is tuple and any(y is part for y in x))
+
+    for launcher in list(_launchers):
+        for F in list(launcher._kernels):
+            cell = getattr(F, launcher.attr, None)
+            if cell is not None and any(names(e[1]) for e in cell[0]):
+                cell[0] = tuple(e for e in cell[0] if not names(e[1])) or (_EMPTY,)
+    forget_key(part)
+    dropped = _compiler.forget_context(part)
+    for linked in dropped:
+        invokers = getattr(linked, "invokers", None)
+        if invokers is not None:
+            invokers.clear()
+    return dropped
+
+
+#: guards _taken: the kernel attributes the launchers of this process hold their cells in
+_ATTRS_LOCK = new_lock(reentrant=False)
+_taken: set[str] = set()
+
+
+def _take_attribute(name: str, definitions: Definitions) -> str:
+    """The attribute of kernels a new launcher keeps its cells in, numbered where another
+    launcher has it (two launchers never run each other's entries), with a slot in the
+    definitions' kernels."""
+    base = f"_specializer_{codegen.identifier(name)}_cell"
+    with _ATTRS_LOCK():
+        attr, n = base, 1
+        while attr in _taken:
+            n += 1
+            attr = f"{base}_{n}"
+        _taken.add(attr)
+        definitions.kernel_attrs += (attr,)
+        definitions.kernel_slots(*definitions.kernel_attrs)
+    return attr
+
+
+def _name_of(F: Any) -> str:
+    return str(F.name if isinstance(F, Kernel) else F.kernel.name)
+
+
+def _captured_of(F: Any) -> tuple[type, ...]:
+    return () if isinstance(F, Kernel) else tuple(F.captured)
+
+
+def _values_of(f: Any) -> tuple[Any, ...]:
+    return tuple(f.values) if isinstance(f, KernelInstance) else ()
+
+
+def _call_error(
+    launcher: Launcher, F: Any, nargs: int, opts: tuple[Any, ...], kw: dict[str, Any]
+) -> TypeError | None:
+    """What a miss checks before anything is typed (SPEC 8): known keywords, the required
+    launch options given, a method taking this many arguments; None if all is well."""
+    if launcher.compiler_kwargs:
+        unknown = [k for k in kw if k not in launcher.compiler_kwargs]
+        if unknown:
+            return launcher.keyword_error(unknown)
+    for option, v in zip(launcher.options, opts):
+        if v is REQUIRED:
+            return TypeError(
+                f"launch of kernel {_name_of(F)} is missing the required launch option "
+                f"{option}=: launch options are {', '.join(launcher.options)}"
+            )
+    return _count_error(F, nargs, "launch")
+
+
+def _count_error(F: Any, nargs: int, what: str) -> MethodError | None:
+    """A MethodError when no method of the kernel in the task's world takes ``nargs``
+    arguments after ``F``'s captured values; else None."""
+    kernel = F if isinstance(F, Kernel) else F.kernel
+    ncaptured = len(_captured_of(F))
+    methods = kernel.methods()
+    counts = sorted({len(m.signature) for m in methods})
+    if not counts or ncaptured + nargs in counts:
+        return None
+    wanted = [c - ncaptured for c in counts if c >= ncaptured]
+    takes = " or ".join(map(str, wanted)) if wanted else "none"
+    listing = "; ".join(signature(kernel.name, m.signature) for m in methods)
+    captured = (
+        f" after its {ncaptured} captured value(s) (its methods count them)" if ncaptured else ""
+    )
+    return MethodError(
+        f"kernel {kernel.name} takes {takes} argument(s){captured}, but the {what} gave "
+        f"{nargs}: methods visible in world {_world.current()}: {listing}. Pass one "
+        f"argument per parameter, or define a method of {kernel.name} with "
+        f"{ncaptured + nargs} parameter(s)"
+    )
+
+
+#: values that cannot change: an entry compares one by identity, then by value
+_ATOMS = frozenset({str, bytes, int, float, complex, bool, type(None), frozenset})
+#: a compiler kwarg of a type that may change in place: a launch given one keeps no entry
+_UNFROZEN: Any = object()
+
+
+def _frozen(v: Any) -> Any:
+    """A compiler kwarg's value as an entry keeps it: the value itself when immutable, a
+    private copy of a list, tuple or dict (so a list edited in place does not hit), or
+    ``_UNFROZEN`` for any other type."""
+    cls = v.__class__
+    if cls in _ATOMS or isinstance(v, (np.number, np.bool_)):
+        return v
+    if cls is dict:
+        out = {k: _frozen(x) for k, x in v.items()}
+        return _UNFROZEN if any(x is _UNFROZEN for x in out.values()) else out
+    if cls is list or cls is tuple:
+        items = [_frozen(x) for x in v]
+        if any(x is _UNFROZEN for x in items):
+            return _UNFROZEN
+        if cls is tuple and all(x is y for x, y in zip(items, v)):
+            return v  # immutable all through: kept as given, so a constant hits by identity
+        return cls(items)
+    return _UNFROZEN

@@ -6,14 +6,14 @@ interface, :class:`specializer.Backend`: ``compile`` joins the callee and kernel
 Tests call what a lookup returns and check its output.
 
 The second (``py``: ``py.kernel``, ``py.launch``, ``py.function``, ...) is a launching back-end
-on the core's launch path, :class:`specializer.launching.Launcher`: the complete minimal
-example of that interface, whose one reference is ``docs/reference-backend.md``, "The launch
-path" (every ``Launcher`` member and template block). A kernel method
+on the core's launch path, :class:`specializer.launching.Launcher`: a fuller example of that
+interface than docs/backend.md's, whose one reference is ``docs/reference-backend.md`` (every
+hook and template block). A kernel method
 returns Python source defining ``def <name>(i, *params)``, device functions return Python
 source that is prepended, and
 ``py.launch(k, *args, size=n, context=None)`` calls the kernel once per work item
 ``i in range(n)``. Arguments are numpy arrays (``py.Array[dtype]``), numpy scalars and weak
-Python scalars. Its template is ``tests/templates/python_entry.py.j2``.
+Python scalars. Its template is ``tests/templates/python_launch.py.j2``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 
 from specializer import Backend, CompileError, CompilerConfig, cached_lookup, codegen
 from specializer.kernels import SCALAR_TYPES, Definitions, Kernel, uncached_lookup
-from specializer.launching import HostKernel, Launcher, signature
+from specializer.launching import REQUIRED, HostKernel, Kind, Launcher, signature
 from specializer.types import WEAK, DeviceArray, WeakScalar, type_name, weak_converter
 
 
@@ -146,7 +146,7 @@ class ItemsLinked:
     """A kernel linked in one context: the lookup's result that launches run.
 
     ``name``, ``tt`` (the concrete types of its method instance, captured ones first) and
-    ``bound`` (filled by the core) are what the launch path reads; ``fn`` is the function
+    ``invokers`` (filled by the core) are what the launch path reads; ``fn`` is the function
     that runs one work item, ``params`` its parameter names after ``i`` (for messages)."""
 
     name: str
@@ -154,7 +154,7 @@ class ItemsLinked:
     params: tuple[str, ...]
     fn: Any
     context: Any
-    bound: dict = field(default_factory=dict)
+    invokers: dict = field(default_factory=dict)
 
     def __repr__(self) -> str:
         return f"<ItemsLinked {signature(self.name, self.tt)} in {self.context!r}>"
@@ -199,15 +199,6 @@ class ItemsBackend(Backend):
         return ItemsLinked(job.name, tuple(job.mi.tt), params, fn, context)
 
 
-class ItemsHostKernel(HostKernel):
-    """A kernel looked up for argument types in one context: ``hk(*args, size=n)``; its
-    ``context`` is its where."""
-
-    def __init__(self, f: Any, where: Any, tt: tuple, linked: Any) -> None:
-        super().__init__(f, where, tt, linked)
-        self.context = where
-
-
 def _size(size: Any) -> int:
     """A launch's size that failed the fast path's check: an int-like >= 0, else an error."""
     if isinstance(size, (bool, np.bool_)) or not hasattr(size, "__index__"):
@@ -220,30 +211,19 @@ def _size(size: Any) -> int:
     return n
 
 
-def _wrong_context(linked: ItemsLinked, where: Any, context: Any) -> ValueError:
-    return ValueError(
-        f"a HostKernel of {signature(linked.name, linked.tt)} was looked up for context "
-        f"{where!r} and called with context={context!r}; look it up with "
-        "py.function(f, tt, context=context)"
-    )
-
-
 class PyLauncher(Launcher):
     """The launch path of the Python-items back-end (the core's :class:`Launcher`)."""
 
     name = "py"
-
-    template = "python_entry.py.j2"
-    options = ("size", "context")
-    defaults = ("required", "none")
-    front_attr = "_pybackend_items_front"
-    V = ItemsLinked
-    host_class = ItemsHostKernel
+    template = "python_launch.py.j2"
+    options = {"size": REQUIRED, "context": None}
+    compiler_kwargs = ("defines",)
     lookup_name = "py.function"
 
     def __init__(self, definitions: Definitions, backend: ItemsBackend) -> None:
         self.backend = backend
         self.default = [DEFAULT_CONTEXT]  # the default context's cell
+        self.namespace = {"_default": self.default, "_context": _context, "_size": _size}
         self._configs: dict[tuple, CompilerConfig] = {}
         self._configs_lock = threading.Lock()
         super().__init__(definitions)
@@ -259,34 +239,12 @@ class PyLauncher(Launcher):
         context, defines = key
         return uncached_lookup(F, tt, self.config(defines), context)
 
-    def _context(self, context: Any) -> Any:
-        if context is None:
-            return self.default[0]
-        try:
-            hash(context)
-        except TypeError:
-            raise TypeError(
-                f"context names a context and must be hashable, got a {type(context).__name__}"
-            ) from None
-        return context
-
-    def resolve(self, opts):
-        size, context = opts
-        where = self._context(context)
-        return where, (size, where)
-
-    def resolve_where(self, where_opt):
-        return self._context(where_opt)
-
     def key(self, where, kw):
         if not kw:
             return (where, ())
         unknown = sorted(set(kw) - {"defines"})
         if unknown:
-            raise TypeError(
-                f"unknown keyword argument(s) {', '.join(unknown)}: launch options are "
-                f"{', '.join(self.options)}; the compiler option is defines="
-            )
+            raise self.keyword_error(unknown)
         defines = kw["defines"]
         items = defines.items() if isinstance(defines, dict) else defines
         try:
@@ -302,32 +260,28 @@ class PyLauncher(Launcher):
                 raise TypeError(f"defines: {name!r} is not an identifier")
         return (where, pairs)
 
-    def kinds(self, tt, resolved, ncaptured):
-        guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
-        kinds = []
-        namespace: dict[str, Any] = {
-            "_default_context": self.default,
-            "_size": _size,
-            "_wrong_context": _wrong_context,
-        }
-        for i, (t, r) in enumerate(zip(tt, resolved)):
-            if isinstance(t, type) and issubclass(t, WeakScalar):
-                kinds.append("weak")
-                namespace[f"_W{i}"] = weak_converter(r)  # the core's range check
-            else:
-                kinds.append("value")
-        return guards, kinds, namespace
-
-    def guard_of(self, t):
+    def kind(self, t, r, captured):
         if isinstance(t, type) and issubclass(t, WeakScalar):
-            return "cls", t.pytype, None
+            # converted on every launch to the declared type, with the core's range check
+            return Kind("weak", t.pytype, values={"convert": weak_converter(r)})
         if isinstance(t, type) and issubclass(t, Array):
             if t.eltype not in _CONCRETE_SCALARS:
                 raise TypeError(f"{type_name(t)} is abstract: a lookup takes concrete types")
-            return "cls_dtype", np.ndarray, t.dtype
+            return Kind("value", np.ndarray, t.dtype)
         if isinstance(t, type) and t in _VALUE_TYPES:
-            return "cls", t, None
+            return Kind("value", t)
         raise TypeError(f"{type_name(t)} is not an argument type of this back-end")
+
+
+def _context(context: Any) -> Any:
+    """A launch's where: its context, which names a context and must be hashable."""
+    try:
+        hash(context)
+    except TypeError:
+        raise TypeError(
+            f"context names a context and must be hashable, got a {type(context).__name__}"
+        ) from None
+    return context
 
 
 DEFAULT_CONTEXT = "default context"
@@ -340,21 +294,32 @@ class _Items:
     def __init__(self) -> None:
         self.backend = ItemsBackend()
         self.definitions = Definitions(items_typeof, module="pybackend.py")
-        self.launcher = PyLauncher(self.definitions, self.backend)
+        self.launcher = launcher = PyLauncher(self.definitions, self.backend)
         self.kernel = self.definitions.kernel
         self.device = self.definitions.device
         self.capture = self.definitions.capture
         self.typeof = items_typeof
         self.Array = Array
+
+        class ItemsHostKernel(HostKernel):
+            """A kernel looked up for argument types in one context: ``hk(*args, size=n)``."""
+
+            __call__ = launcher.host_call
+
+            @property
+            def context(self) -> Any:
+                """The context it was looked up in: its where."""
+                return self.where
+
         self.HostKernel = ItemsHostKernel
         #: ``launch(f, *args, size, context=None, **compiler_kwargs)``: run ``f`` once per work
         #: item ``i in range(size)``; the compiler option is ``defines=`` (extra globals).
         self.launch = self.launcher.launch
 
-    def function(self, f: Any, tt: Any, context: Hashable = None, **kw: Any) -> ItemsHostKernel:
+    def function(self, f: Any, tt: Any, context: Hashable = None, **kw: Any) -> Any:
         """The lookup of ``f`` for argument types ``tt`` in ``context`` (default: the default
         context), as a HostKernel: ``hk(*args, size=n)``."""
-        return self.launcher.function(f, tt, context, kw)
+        return self.launcher.function(self.HostKernel, f, tt, {"context": context}, kw)
 
     def default_context(self) -> Any:
         return self.launcher.default[0]
@@ -362,7 +327,7 @@ class _Items:
     def set_default_context(self, context: Hashable) -> None:
         if context is None:
             raise TypeError("the default context is a hashable object naming a context, not None")
-        self.launcher.default[0] = self.launcher._context(context)
+        self.launcher.default[0] = _context(context)
 
 
 py = _Items()

@@ -21,7 +21,7 @@ from ._args import _GUARD_CLASS, Array, LocalMemory, Sampler, _ArgType, _c_type,
 from ._decorators import _definitions
 from ._failures import _FAILURES, _bad_array, _failed, _size_error
 from ._program import LinkedKernel, OpenCLBackend, _nothing
-from ._queues import _ContextKey, _default_queue, _key, default_queue, queue_tables
+from ._queues import default_queue
 from ._sizes import _sizes
 
 BACKEND = OpenCLBackend()
@@ -59,16 +59,85 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _same_context(linked: LinkedKernel, queue: Any) -> cl.CommandQueue:
-    """A queue given to a HostKernel call: it must be in the context the kernel was built in."""
-    if not isinstance(queue, cl.CommandQueue):
-        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    if _key(queue)[0] is not linked.ck:
+def _other_context(where: _queues.ContextKey, value: Any) -> None:
+    """A raw buffer, image or sampler (captured too) not of the launch's context, which
+    pyopencl would let run: a ValueError naming it (on a miss; a hit's where is the same)."""
+    try:
+        other = value.context
+    except cl.Error:
+        return
+    if other is not None and other.int_ptr != where.ptr:
         raise ValueError(
-            f"kernel {linked.name} was looked up in {linked.context!r}, but the queue is in "
-            f"{queue.context!r}: look it up with clfunction(f, tt, queue=queue)"
+            f"a {type(value).__name__} of {other!r} was passed to a kernel launched in "
+            f"{where.name}: a kernel can use only memory of its queue's context: make it in "
+            "that context, or launch on a queue of its context"
         )
-    return queue
+
+
+def _wait_list(linked: LinkedKernel, wait_for: Any) -> list[Any]:
+    """``wait_for=`` that is not a list: one event is taken as ``[event]``, a sequence of
+    events as a list; anything else is a TypeError naming the option and the kernel."""
+    if isinstance(wait_for, cl.Event):
+        return [wait_for]
+    if isinstance(wait_for, (tuple, list)) and all(isinstance(e, cl.Event) for e in wait_for):
+        return list(wait_for)
+    raise TypeError(
+        f"wait_for= of kernel {linked.name} is a list of pyopencl events (or one event), got "
+        f"{wait_for!r}"
+    )
+
+
+class _OpenCLLauncher(launching.Launcher):
+    name = "opencl"
+    template = "opencl_launch.py.j2"
+    options = dict.fromkeys(LAUNCH_OPTIONS)
+    options["global_size"] = launching.REQUIRED
+    compiler_kwargs = COMPILER_KWARGS
+    lookup_name = "clfunction"
+    namespace = {
+        "_default": _queues._default,
+        "_first_default": _queues._first_default,
+        "_where": _queues.context_key,
+        "_enqueue": cl.enqueue_nd_range_kernel,
+        "_sizes": _sizes,
+        "_size_error": _size_error,
+        "_wait_list": _wait_list,
+        "_bad_array": _bad_array,
+        "_failed": _failed,
+        "_FAILURES": _FAILURES,
+        "_nothing": _nothing,
+        "_ref": weakref.ref,
+    }
+
+    def uncached_lookup(
+        self, F: Any, tt: tuple[type, ...], key: tuple[_queues.ContextKey, tuple[str, ...]]
+    ) -> Any:
+        return uncached_lookup(F, tt, _config(key[1]), key[0])
+
+    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
+        return (where, _build_options(kw)) if kw else where.key
+
+    def kind(self, t: type, r: type, captured: bool) -> launching.Kind:
+        if issubclass(t, Array):
+            return launching.Kind("array", cla.Array, t.dtype)
+        if issubclass(t, LocalMemory):
+            return launching.Kind("local", cl.LocalMemory)
+        if issubclass(t, Sampler):
+            return launching.Kind("sampler", cl.Sampler, check=_other_context)
+        if issubclass(t, _ArgType):  # a buffer or an image: checked by class on a miss
+            return launching.Kind("object", _GUARD_CLASS[t], check=_other_context)
+        if issubclass(t, Struct):
+            return launching.Kind("bytes", np.void, t.dtype)
+        if issubclass(t, WeakScalar):
+            pack = _packer(resolve_weak(t, r))
+            return launching.Kind(
+                "packed_each" if captured else "packed", t.pytype, values={"pack": pack}
+            )
+        _c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
+        return launching.Kind("bytes" if captured else "scalar", t)
+
+
+_launcher = _OpenCLLauncher(_definitions)
 
 
 class HostKernel(launching.HostKernel):
@@ -77,148 +146,29 @@ class HostKernel(launching.HostKernel):
     Call it like :func:`launch`, with arguments of the types it was looked up for (a Python
     scalar also where it takes that scalar's default type, ``np.int64`` for an ``int``, on a
     slower path): ``hk(*args, global_size=..., local_size=None, global_offset=None, wait_for=None,
-    queue=None)`` (default: the queue of the lookup); a kernel instance's captured values are
-    passed first, from ``f``, on each call. ``hk`` is the signature's generated call, bound to
-    an instance of this class (``isinstance(hk, HostKernel)`` holds), with its attributes:
+    queue=None)`` (default: the queue of the lookup; another queue must be of its context); a
+    kernel instance's captured values are passed first, from ``f``, on each call. Attributes:
 
-    - ``queue`` (and ``where``): the queue it was looked up for; ``context``: its context;
+    - ``queue``: the queue it was looked up for; ``context``: its context;
     - ``kernel``: a ``pyopencl.Kernel`` to inspect (launches set the arguments of kernel
       objects of their own, from the linked kernel's pool); ``program``: its program;
-    - ``f``, ``tt`` and ``linked`` (the :class:`LinkedKernel`).
+    - ``f``, ``tt``, ``linked`` (the :class:`LinkedKernel`) and ``where`` (its context's key).
     """
 
+    __call__ = _launcher.host_call
+
     linked: LinkedKernel
-    where: cl.CommandQueue
     queue: cl.CommandQueue
     context: cl.Context | None
     kernel: Any
     program: Any
 
-    def __init__(self, f: Any, where: Any, tt: tuple[type, ...], linked: LinkedKernel) -> None:
-        super().__init__(f, where, tt, linked)
-        self.queue = where
-        self.context = linked.context
-        self.kernel = linked.kernel
-        self.program = linked.program
-
-
-class _OpenCLLauncher(launching.Launcher):
-    name = "opencl"
-    template = "opencl_entry.py.j2"
-    options = LAUNCH_OPTIONS
-    defaults = ("required", "none", "none", "none", "none")
-    lifted = compiler_kwargs = COMPILER_KWARGS
-    compiler_help = (
-        "the compiler option is options=(build options, ...), "
-        "e.g. options=('-cl-fast-relaxed-math',)"
-    )
-    where_name = "queue"
-    front_attr = "_opencl_front"
-    V = LinkedKernel
-    host_class = HostKernel
-    lookup_name = "clfunction"
-    #: "cls_dtype_0d": a struct by value (np.void, or a 0-d array as pyopencl.cltypes makes)
-    guard_kinds = {**launching.Launcher.guard_kinds, "cls_dtype_0d": True}
-
-    def uncached_lookup(
-        self, F: Any, tt: tuple[type, ...], key: tuple[_ContextKey, tuple[str, ...]]
-    ) -> Any:
-        return uncached_lookup(F, tt, _config(key[1]), key[0])
-
-    def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-        queue = opts[4]
-        if queue is None:
-            queue = default_queue()
-            opts = (*opts[:4], queue)
-        elif not isinstance(queue, cl.CommandQueue):
-            raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-        return queue, opts
-
-    def check_args(self, where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        """On the slow path (a front entry does not check): a ValueError naming an array, buffer,
-        image or sampler (captured too) not of the queue's context, which pyopencl lets run."""
-        ctx = where.context.int_ptr
-        captured = f.values if isinstance(f, KernelInstance) else ()
-        for what, values in (("captured value", captured), ("argument", args)):
-            for i, v in enumerate(values):
-                if not isinstance(v, (cla.Array, cl.MemoryObjectHolder, cl.Sampler)):
-                    continue
-                try:
-                    other = v.context
-                except cl.Error:
-                    continue
-                if other is not None and other.int_ptr != ctx:
-                    kind = "an array" if isinstance(v, cla.Array) else f"a {type(v).__name__}"
-                    name = f.name if isinstance(f, Kernel) else f.kernel.name
-                    counted = " (counting launch arguments from 0)" if what == "argument" else ""
-                    raise ValueError(
-                        f"{what} {i} of kernel {name}{counted} is {kind} of {other!r}, but the "
-                        f"queue is in {where.context!r}: a kernel can use only memory of its "
-                        "queue's context: make it on a queue of that context, or launch on a "
-                        "queue of its context"
-                    )
-
-    def resolve_where(self, where_opt: Any) -> Any:
-        return self.resolve((None, None, None, None, where_opt))[0]
-
-    def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        # nothing is written into a pyopencl queue: its tables are found by it, and go with it
-        tables = queue_tables(where, make)
-        return None if tables is None else launching.table_in(tables, self.front_attr, make)
-
-    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
-        key = _key(where)
-        return (key[0], _build_options(kw)) if kw else key
-
-    def guard_of(self, t: type) -> tuple[str, type, Any]:
-        if isinstance(t, type) and issubclass(t, Array):
-            return "cls_dtype", cla.Array, t.dtype
-        if isinstance(t, type) and issubclass(t, Struct):
-            return "cls_dtype_0d", np.void, t.dtype
-        return "cls", _GUARD_CLASS.get(t, t), None
-
-    def kinds(
-        self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
-    ) -> tuple[list[str], list[str], dict[str, Any]]:
-        namespace: dict[str, Any] = {
-            "_default_queue": _default_queue,
-            "_enqueue": cl.enqueue_nd_range_kernel,
-            "_sizes": _sizes,
-            "_size_error": _size_error,
-            "_same_context": _same_context,
-            "_bad_array": _bad_array,
-            "_failed": _failed,
-            "_FAILURES": _FAILURES,
-            "_nothing": _nothing,
-            "_ref": weakref.ref,
-        }
-        kinds = []
-        # A record holds no captured value (the instance's): those are set on every launch.
-        for i, (t, r) in enumerate(zip(tt, resolved)):
-            if issubclass(t, Array):
-                kinds.append("array")
-            elif issubclass(t, LocalMemory):
-                kinds.append("local")
-            elif issubclass(t, Sampler):
-                kinds.append("sampler")
-            elif issubclass(t, _ArgType):
-                kinds.append("object")
-            elif issubclass(t, Struct):
-                kinds.append("bytes")
-            elif issubclass(t, WeakScalar):
-                namespace[f"_pack{i}"] = _packer(resolve_weak(t, r))
-                namespace[f"_S{i}"] = t.pytype
-                kinds.append("packed" if i >= ncaptured else "packed_each")
-            else:
-                _c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
-                namespace[f"_S{i}"] = t
-                kinds.append("scalar" if i >= ncaptured else "bytes")
-        guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
-        return guards, kinds, namespace
-
-
-_launcher = _OpenCLLauncher(_definitions)
-_queues._launcher = _launcher  # the hook the queues' module reads
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.queue = self.options["queue"]
+        self.context = self.linked.context
+        self.kernel = self.linked.kernel
+        self.program = self.linked.program
 
 
 def clfunction(
@@ -235,8 +185,8 @@ def clfunction(
     lock and hashes nothing. ``tt`` excludes a kernel instance's captured values; Python
     ``int``/``float``/``bool`` in it stand for the weak types. Each call returns a new
     HostKernel of the cached result (nothing else is kept)."""
-    # cast: _launcher.host_class is this module's HostKernel
-    return cast(HostKernel, _launcher.function(f, tt, queue, compiler_kwargs))
+    hk: HostKernel = _launcher.function(HostKernel, f, tt, {"queue": queue}, compiler_kwargs)
+    return hk
 
 
 #: a launch's sizes: an int, or a sequence of up to 3 ints

@@ -22,7 +22,7 @@ from ...sources import method_options
 from .. import _pyopencl_private as _private
 from ._cdecl import _check_params
 from ._decorators import _definitions
-from ._queues import _ContextKey
+from ._queues import ContextKey
 
 _private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
 
@@ -60,7 +60,7 @@ class LinkedKernel:
 
     __slots__ = (
         "__weakref__",
-        "bound",
+        "invokers",
         "built",
         "ck",
         "context_ptr",
@@ -77,7 +77,7 @@ class LinkedKernel:
         self,
         name: str,
         tt: tuple[type, ...],
-        ck: _ContextKey,
+        ck: ContextKey,
         built: _Built,
         kernel: Any,
         source: str,
@@ -91,7 +91,7 @@ class LinkedKernel:
         self.kernel = kernel
         self.source = source
         self.params = _param_names(source, name)
-        self.bound: dict[tuple[type, ...], Any] = {}
+        self.invokers: dict[Any, Any] = {}  # the core's: each signature's invoker
         # Launches use kernel objects of their own: ``kernel`` is the user's to inspect.
         self.pool: list[list[Any]] = [self.new_record()]
 
@@ -253,7 +253,7 @@ class OpenCLBackend(Backend):
             return table.setdefault(key, built)
 
     def link(self, job: CompilerJob, artifact: Any, context: Hashable) -> LinkedKernel:
-        if not isinstance(context, _ContextKey):
+        if not isinstance(context, ContextKey):
             raise TypeError(f"an OpenCL kernel is linked for a context key, got {context!r}")
         ctx = context.context()
         if ctx is None:
@@ -281,7 +281,7 @@ class OpenCLBackend(Backend):
     def relink(self, job: CompilerJob, artifact: Any, context: Hashable, linked: Any) -> Any:
         # The program is kept per included headers' contents: after an edit (and a new
         # world: a redefinition or bump()), the kernel is built again.
-        ctx = context.context() if isinstance(context, _ContextKey) else None
+        ctx = context.context() if isinstance(context, ContextKey) else None
         built = None if ctx is None else self._build(job, artifact, ctx)
         if built is None or built is linked.built:
             return linked

@@ -1,22 +1,27 @@
-"""Queues and contexts: the default queue (PoCL's CPU device), a context's key, and what is
-kept in each queue's table."""
+"""Queues and contexts: the default queue (PoCL's CPU device) and each context's key, the
+*where* of a launch (what decides the code: the context; the queue comes from the launch)."""
 
 from __future__ import annotations
 
-import functools
 import weakref
 from typing import Any
 
 import pyopencl as cl
 
-from ... import launching
+from ...launching import forget, use_device
 from ...locks import new_lock
+from .. import _pyopencl_private as _private
 
-#: the back-end's launcher, a hook :mod:`._launch` sets at import: it checks the fork
-_launcher: launching.Launcher = None  # type: ignore[assignment]  # set by _launch
-
-_default_queue: list[cl.CommandQueue | None] = [None]  # the default queue, read by the launch path
+#: (the default queue, its context's key), read by every launch given no queue; (None,
+#: None) until the first launch, or default_queue(), makes it
+_default: list[tuple[cl.CommandQueue | None, Any]] = [(None, None)]
 _default_lock = new_lock(reentrant=False)
+
+
+def check_fork() -> None:
+    """Record that this process uses the OpenCL device, or raise the fork error in a fork of
+    one that did: first, on every path that reaches a device."""
+    use_device("opencl")
 
 
 def _pocl_cpu_device() -> cl.Device:
@@ -44,37 +49,59 @@ def default_queue() -> cl.CommandQueue:
     """The queue launches use when given none: the one set with :func:`set_default_queue`,
     else a queue on PoCL's CPU device (created on first use, then kept). In a fork of a
     process that used the device, the fork error (see :func:`launch`)."""
-    _launcher.check_fork()  # using a queue is using the device
-    queue = _default_queue[0]
+    return _first_default()[0]
+
+
+def _first_default() -> tuple[cl.CommandQueue, ContextKey]:
+    """The default queue and its where, the queue made on first use."""
+    check_fork()  # using a queue is using the device
+    queue, where = _default[0]
     if queue is None:
         with _default_lock():
-            queue = _default_queue[0]
+            queue, where = _default[0]
             if queue is None:
-                queue = _default_queue[0] = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
-    return queue
+                queue = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
+                where = context_key(queue)
+                _default[0] = (queue, where)
+    return queue, where
 
 
 def set_default_queue(queue: cl.CommandQueue | None) -> None:
     """Make launches given no queue use ``queue`` (``None``: a queue on PoCL's CPU device)."""
+    default: tuple[cl.CommandQueue | None, Any] = (None, None)
     if queue is not None:
-        if not isinstance(queue, cl.CommandQueue):
-            raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
-        _launcher.check_fork()  # a queue of the user's is a device in use
+        check_fork()  # a queue of the user's is a device in use
+        default = (queue, context_key(queue))  # (refuses what is not a queue)
     with _default_lock():
-        _default_queue[0] = queue
+        _default[0] = default
 
 
-class _ContextKey:
-    """What lookups key on for one context, compared by identity. It holds the context weakly,
-    through the context object pyopencl gives each queue it was seen with (it lives as long as
-    the queue); when the last dies the context is forgotten and a later queue gets a new key."""
+def finish_default_queue() -> None:
+    """Finish what was enqueued on the default queue the library made, and drop it: at exit,
+    before the interpreter's (and the C library's) exit handlers run, so no device thread is
+    still working for it then."""
+    with _default_lock():
+        queue = _default[0][0]
+        _default[0] = (None, None)
+    if queue is not None:
+        try:
+            queue.finish()
+        except cl.Error:
+            pass
+
+
+class ContextKey:
+    """What lookups and launch cells key on for one context, compared by identity. It holds
+    the context weakly, through the context objects pyopencl gives the queues it was seen with
+    (each lives as long as its queue); when the last dies the context is forgotten (what was
+    linked for it dropped) and a later queue of it gets a new key."""
 
     __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
 
     def __init__(self, context: cl.Context) -> None:
         self.ptr = context.int_ptr
         self.name = repr(context)
-        self.key = (self, ())  # with no build options
+        self.key = (self, ())  # the lookup key with no build options
         self.refs: dict[int, weakref.ref[cl.Context]] = {}  # by the context objects' ids
 
     def context(self) -> cl.Context | None:
@@ -89,69 +116,36 @@ class _ContextKey:
         return f"<context key of {self.name}>"
 
 
-class _QueueTables:
-    """A queue's where tables, by launcher front attribute. A queue takes no weak reference nor
-    attribute, so this is found by its id and tied weakly to its own context object (``owner``,
-    which lives as long as the queue): a later queue with that id gets tables of its own."""
-
-    __slots__ = ("__weakref__", "owner", "tables")
-
-    def __init__(self, key: int, context: cl.Context) -> None:
-        self.tables: dict[str, dict[object, object]] = {}
-        self.owner = weakref.ref(context, functools.partial(_drop_tables, key, weakref.ref(self)))
-
-
-def _drop_tables(key: int, tables: weakref.ref[_QueueTables], _: object) -> None:
-    # the queue's context object died (so did the queue): from the collector, no lock; a
-    # race with a new queue of that id can only drop the new one's tables (they fill again)
-    if _queue_tables.get(key) is tables():
-        _queue_tables.pop(key, None)
-
-
-# Each live context's key, by its cl_context address; each live queue's tables, by its id.
-_context_keys: dict[int, _ContextKey] = {}
-_queue_tables: dict[int, _QueueTables] = {}
+#: each live context's key, by its cl_context address
+_context_keys: dict[int, ContextKey] = {}
 _keys_lock = new_lock(reentrant=False)
 
 
-def queue_tables(queue: Any, make: bool) -> dict[str, dict[object, object]] | None:
-    """The where tables kept for ``queue`` (made on first use when ``make``), or None."""
-    t = _queue_tables.get(id(queue))
-    try:
-        context = queue.context  # the queue's own object: a dead queue's id gives another
-    except AttributeError:  # not a queue
-        return None
-    if t is None or t.owner() is not context:
-        if not make or not isinstance(queue, cl.CommandQueue):
-            return None
-        with _keys_lock():
-            t = _queue_tables.get(id(queue))
-            if t is None or t.owner() is not context:
-                t = _queue_tables[id(queue)] = _QueueTables(id(queue), context)
-    return t.tables
-
-
-def _key(queue: cl.CommandQueue) -> tuple[_ContextKey, tuple[str, ...]]:
-    if not isinstance(queue, cl.CommandQueue):
-        raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
-    ctx = queue.context  # the queue's own context object: it dies with the queue
+def context_key(queue: cl.CommandQueue) -> ContextKey:
+    """The key of ``queue``'s context: a launch's where. A ``TypeError`` for anything but a
+    queue."""
+    ctx = _private.queue_context(queue)  # the queue's own context object: dies with it
+    if ctx is None:
+        if not isinstance(queue, cl.CommandQueue):
+            raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+        ctx = queue.context
     ck = _context_keys.get(ctx.int_ptr)
     ref = None if ck is None else ck.refs.get(id(ctx))
     if ref is None or ref() is not ctx:
         with _keys_lock():
             ck = _context_keys.get(ctx.int_ptr)
             if ck is None:
-                ck = _context_keys[ctx.int_ptr] = _ContextKey(ctx)
+                ck = _context_keys[ctx.int_ptr] = ContextKey(ctx)
             ref = ck.refs.get(id(ctx))
             # held weakly, once: _release hears of its death before its id can be another's
             if ref is None or ref() is not ctx:
                 ck.refs[id(ctx)] = weakref.ref(ctx)
                 weakref.finalize(ctx, _release, ck, id(ctx))
     assert ck is not None
-    return ck.key
+    return ck
 
 
-def _release(ck: _ContextKey, ctx_id: int) -> None:
+def _release(ck: ContextKey, ctx_id: int) -> None:
     """A queue the context key was seen with is gone; when it was the last, so is the context.
     From the collector in any thread, no lock: each step is one atomic dict operation, and a
     race can only forget a context still in use, which then links again under a new key."""
@@ -160,5 +154,5 @@ def _release(ck: _ContextKey, ctx_id: int) -> None:
         if _context_keys.get(ck.ptr) is ck:
             _context_keys.pop(ck.ptr, None)
         # the context is gone: so is what was built and linked for it, pools included
-        for linked in launching.forget(ck):
+        for linked in forget(ck):
             linked.pool.clear()  # a launch still running with it takes a new kernel object
