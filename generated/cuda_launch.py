@@ -1,15 +1,21 @@
-# Generated from templates/launch.py.j2 by tools/regen_generated.py; do not edit.
+# Generated from templates/cuda_launch.py.j2 by tools/regen_generated.py; do not edit.
 def cuda_launch(
-    f, /, *args, grid=_REQUIRED, block=_REQUIRED, stream=None, shared_mem=0, cooperative=False,
-    **compiler_kwargs
+    f, /, *args, grid=_OPTIONS[0], block=_OPTIONS[1], stream=_OPTIONS[2], shared_mem=_OPTIONS[3],
+    cooperative=_OPTIONS[4], **kw
 ):
+    where = _local.key
+    if where is None:  # no context made current through this back-end in this thread
+        where = _current_key()
     try:
-        entry = f._cuda_front
-    except AttributeError:  # no front entry yet, or not a kernel: the slow path (called
-        entry = _first      # outside the handler, so its errors chain nothing)
-    return entry(f, args, grid, block, stream, shared_mem, cooperative, compiler_kwargs)
-
-
-def _first(f, args, grid, block, stream, shared_mem, cooperative, kw):
-    # What a kernel without a front entry (or anything else) launches through.
-    return _miss(f, args, (grid, block, stream, shared_mem, cooperative), kw)
+        w, wh, ekw, invoke = f._specializer_cuda_cell[0][0]  # the kernel's newest entry
+    except AttributeError:  # never launched, or not a kernel: the slow path
+        return _miss(f, args, where, kw, (grid, block, stream, shared_mem, cooperative))
+    # A hit: the task's world (None where the slow path decides), the where and the compiler
+    # kwargs its entry was made for; the invoker checks the arguments' types itself.
+    if w is _TASK()[0] and wh is where and (not kw if ekw is None else ekw == kw):
+        r = invoke(f, args, grid, block, stream, shared_mem, cooperative)
+        if r is not _MISS:
+            return r
+    return f._specializer_cuda_cell[1](
+        f, args, where, kw, (grid, block, stream, shared_mem, cooperative)
+    )

@@ -1,17 +1,24 @@
-# Generated from templates/launch.py.j2 by tools/regen_generated.py; do not edit.
+# Generated from templates/opencl_launch.py.j2 by tools/regen_generated.py; do not edit.
 def opencl_launch(
-    f, /, *args, global_size=_REQUIRED, local_size=None, global_offset=None, wait_for=None,
-    queue=None, options=_NOTHING, **compiler_kwargs
+    f, /, *args, global_size=_OPTIONS[0], local_size=_OPTIONS[1], global_offset=_OPTIONS[2],
+    wait_for=_OPTIONS[3], queue=_OPTIONS[4], **kw
 ):
+    if queue is None:
+        queue, where = _default[0]
+        if queue is None:  # no launch has made the default queue yet
+            queue, where = _first_default()
+    else:
+        where = _where(queue)
     try:
-        entry = f._opencl_front
-    except AttributeError:  # no front entry yet, or not a kernel: the slow path (called
-        entry = _first      # outside the handler, so its errors chain nothing)
-    return entry(
-        f, args, global_size, local_size, global_offset, wait_for, queue, options, compiler_kwargs
+        w, wh, ekw, invoke = f._specializer_opencl_cell[0][0]  # the kernel's newest entry
+    except AttributeError:  # never launched, or not a kernel: the slow path
+        return _miss(f, args, where, kw, (global_size, local_size, global_offset, wait_for, queue))
+    # A hit: the task's world (None where the slow path decides), the where and the compiler
+    # kwargs its entry was made for; the invoker checks the arguments' types itself.
+    if w is _TASK()[0] and wh is where and (not kw if ekw is None else ekw == kw):
+        r = invoke(f, args, global_size, local_size, global_offset, wait_for, queue)
+        if r is not _MISS:
+            return r
+    return f._specializer_opencl_cell[1](
+        f, args, where, kw, (global_size, local_size, global_offset, wait_for, queue)
     )
-
-
-def _first(f, args, global_size, local_size, global_offset, wait_for, queue, options, kw):
-    # What a kernel without a front entry (or anything else) launches through.
-    return _miss(f, args, (global_size, local_size, global_offset, wait_for, queue, options), kw)

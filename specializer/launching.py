@@ -76,8 +76,8 @@ class Kind:
     dtype: Any = None
     #: what converts a value of a subclass of ``cls`` before it is set (slow path only)
     exact: Callable[[Any], Any] | None = None
-    #: what a miss calls with (where, value) first: a ValueError for a value it cannot take
-    check: Callable[[Any, Any], None] | None = None
+    #: what a miss asks of (where, value) first: what is wrong with the value there, or None
+    check: Callable[[Any, Any], str | None] | None = None
     #: the template's globals for it, bound as ``_<key><i>``
     values: Mapping[str, Any] = field(default_factory=dict)
 
@@ -182,32 +182,56 @@ class Launcher:
         #: the invoker factory of each signature: (captured, types, concrete types) -> code
         self._factories: dict[tuple[Any, ...], Callable[[Any], Any]] = {}
         self.site = LookupSite(definitions, object, self.uncached_lookup)
-        names = list(self.options)
         core = {"_OPTIONS": tuple(self.options.values()), "_TASK": _world.task_cell}
         core |= {"_MISS": MISS, "_miss": self.miss, **self.namespace}
-
-        def part(part: str, what: str, **more: Any) -> Any:
-            return codegen.generate(
-                self.template,
-                (self.name, part),
-                {**core, **more},
-                f"{self.name}: {what}",
-                part=part,
-                options=names,
-                attr=self.attr,
+        host = {"_FORK": self.fork, "_refuse": self._refuse, "_mismatch": self.mismatch}
+        host["_other_where"] = self._other_where
+        made = {}
+        for part, what, more in (
+            ("launch", f"launch(f, *args, {', '.join(self.options)})", {}),
+            ("cell", "a kernel's launch cell", {}),
+            ("where", "the where of a lookup's launch options", {}),
+            ("host", "a HostKernel's call", host),
+        ):
+            parts, params = self.part_params(part)
+            made[part] = codegen.generate(
+                self.template, parts, {**core, **more}, f"{self.name}: {what}", **params
             )
+        self.launch = made["launch"]
+        self.where_of = made["where"]
+        self.host_call = made["host"]
+        self._cell_function = made["cell"]
 
-        self.launch = part("launch", f"launch(f, *args, {', '.join(names)})")
-        self._cell_function = part("cell", "a kernel's launch cell")
-        self.where_of = part("where", "the where of a lookup's options")
-        self.host_call = part(
-            "host",
-            "a HostKernel's call",
-            _FORK=self.fork,
-            _refuse=self._refuse,
-            _other_where=self._other_where,
-            _mismatch=self.mismatch,
-        )
+    def part_params(self, part: str) -> tuple[tuple[str, ...], dict[str, Any]]:
+        """The name parts and template parameters of a part of the launch path that is not an
+        invoker (what ``tools/regen_generated.py`` renders for review too)."""
+        params: dict[str, Any] = {"part": part, "options": list(self.options)}
+        if part == "launch":
+            params["attr"] = self.attr
+        return (self.name, part), params
+
+    def invoker_params(
+        self, instance: tuple[type, ...] | None, tt: tuple[type, ...], resolved: tuple[type, ...]
+    ) -> tuple[tuple[str, ...], dict[str, Any], list[Kind]]:
+        """The name parts, template parameters and kinds of the invoker of (a kernel
+        instance's captured types, or None for a kernel; the argument types ``tt``; the
+        concrete types ``resolved``): what ``tools/regen_generated.py`` renders for review."""
+        captured = instance or ()
+        full = captured + tt
+        kinds = [self.kind(t, r, i < len(captured)) for i, (t, r) in enumerate(zip(full, resolved))]
+        parts = (f"{self.name}_invoker", *(type_name(t) for t in full))
+        if instance is not None:
+            parts += (f"captured_{len(captured)}",)
+        params = {
+            "part": "invoker",
+            "options": list(self.options),
+            "kinds": [k.name for k in kinds],
+            "dtypes": [k.dtype is not None for k in kinds],
+            "exact": [k.exact is not None for k in kinds],
+            "captured": len(captured),
+            "instance": instance is not None,
+        }
+        return (codegen.identifier(*parts, limit=_NAME_LIMIT),), params, kinds
 
     def miss(
         self, f: Any, args: tuple[Any, ...], where: Any, kw: dict[str, Any], opts: tuple[Any, ...]
@@ -282,9 +306,7 @@ class Launcher:
         made = self._factories.get(ident)
         if made is not None:
             return made  # type: ignore[return-value]
-        captured = instance or ()
-        full = captured + tt
-        kinds = [self.kind(t, r, i < len(captured)) for i, (t, r) in enumerate(zip(full, resolved))]
+        parts, params, kinds = self.invoker_params(instance, tt, resolved)
         namespace: dict[str, Any] = {
             "_OPTIONS": tuple(self.options.values()),
             "_MISS": MISS,
@@ -294,35 +316,35 @@ class Launcher:
         for i, k in enumerate(kinds):
             namespace[f"_C{i}"], namespace[f"_D{i}"], namespace[f"_X{i}"] = k.cls, k.dtype, k.exact
             namespace.update({f"_{key}{i}": v for key, v in k.values.items()})
-        parts = (f"{self.name}_invoker", *(type_name(t) for t in full))
-        if instance is not None:
-            parts += (f"captured_{len(captured)}",)
+        what = ", ".join(map(type_name, (instance or ()) + tt))
         with self._lock():
             made = self._factories.get(ident)
             if made is None:
                 factory = codegen.generate(
-                    self.template,
-                    (codegen.identifier(*parts, limit=_NAME_LIMIT),),
-                    namespace,
-                    f"{self.name} invoker of ({', '.join(map(type_name, full))})",
-                    part="invoker",
-                    options=list(self.options),
-                    attr=self.attr,
-                    kinds=[k.name for k in kinds],
-                    dtypes=[k.dtype is not None for k in kinds],
-                    exact=[k.exact is not None for k in kinds],
-                    captured=len(captured),
-                    instance=instance is not None,
+                    self.template, parts, namespace, f"{self.name} invoker of ({what})", **params
                 )
                 made = self._factories[ident] = (factory, kinds)
         return made  # type: ignore[return-value]
 
     def _check(self, kinds: list[Kind], where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        """What the kinds check of the values (captured ones too) against the where."""
-        values = (*_values_of(f), *args)
-        for k, v in zip(kinds, values):
-            if k.check is not None:
-                k.check(where, v)
+        """What the kinds check of the values (captured ones too) against the where: a
+        ValueError naming the value that is not right there."""
+        captured = _values_of(f)
+        for i, (k, v) in enumerate(zip(kinds, (*captured, *args))):
+            wrong = None if k.check is None else k.check(where, v)
+            if wrong is not None:
+                name = _name_of(self.definitions.kernel_type(f))
+                what = (
+                    f"captured value {i}"
+                    if i < len(captured)
+                    else f"argument {i - len(captured)} of kernel {name} (counting launch "
+                    "arguments from 0)"
+                )
+                raise ValueError(
+                    f"{what} of kernel {name} is {wrong}"
+                    if i < len(captured)
+                    else f"{what} is {wrong}"
+                )
 
     def argtypes(self, args: tuple[Any, ...], F: Any = None) -> tuple[type, ...]:
         """``typeof`` of each argument; an error names its position (and the kernel ``F``)."""
@@ -440,17 +462,20 @@ class Launcher:
 
     def _other_where(self, hk: HostKernel, where: Any) -> ValueError:
         return ValueError(
-            f"a HostKernel of {signature(hk.linked.name, hk.linked.tt)} was looked up for "
-            f"{hk.where!r} and called for {where!r}: look it up there with {self.lookup_name}, "
+            f"a HostKernel of {signature(hk.linked.name, hk.linked.tt)} was looked up in "
+            f"{hk.where}, but called in {where}: look it up there with {self.lookup_name}, "
             "or use launch(f, *args, ...), which looks up where it launches"
         )
 
     def keyword_error(self, unknown: Iterable[str]) -> TypeError:
         """The error for keywords that are neither launch nor compiler options, with the
         nearest valid one (SPEC 8)."""
+        kwargs = self.compiler_kwargs
         compiler = (
-            f"compiler options are {', '.join(self.compiler_kwargs)}"
-            if self.compiler_kwargs
+            f"the compiler option is {kwargs[0]}="
+            if len(kwargs) == 1
+            else f"compiler options are {', '.join(kwargs)}"
+            if kwargs
             else "any other keyword is a compiler option"
         )
         names = unknown_keywords(unknown, (*self.options, *self.compiler_kwargs))

@@ -28,17 +28,26 @@ def _lookup(kernel: str, *types: str) -> tuple[str, tuple[str, ...], dict]:
     """The specialized cached lookup of one kernel signature at the back-ends' one call site."""
     return (
         "lookup.py.j2",
-        ("lookup", "uncached_lookup", kernel, *types, "tuple", "LinkedKernel"),
+        ("lookup", "uncached_lookup", kernel, *types, "tuple", "object"),
         {"entries": ENTRIES},
     )
 
 
-def _entries(launcher, *signatures) -> list[tuple[str, tuple[str, ...], dict]]:
-    """A back-end's launch function and its launch paths for ``signatures``: (lookup types,
-    the concrete types they take, number captured, kernel instance?)."""
-    out = [("launch.py.j2", (launcher.name, "launch"), launcher.launch_params())]
-    for full, resolved, ncaptured, instance in signatures:
-        parts, _, params = launcher.template_params(full, resolved, ncaptured, instance)
+def _parts(launcher) -> list[tuple[str, tuple[str, ...], dict]]:
+    """A back-end's launch, cell function, lookup's where and HostKernel call."""
+    out = []
+    for part in ("launch", "cell", "where", "host"):
+        parts, params = launcher.part_params(part)
+        out.append((launcher.template, parts, params))
+    return out
+
+
+def _invokers(launcher, *signatures) -> list[tuple[str, tuple[str, ...], dict]]:
+    """A back-end's invokers for ``signatures``: (captured types or None, argument types,
+    the concrete types they take)."""
+    out = []
+    for instance, tt, resolved in signatures:
+        parts, params, _ = launcher.invoker_params(instance, tt, resolved)
         out.append((launcher.template, parts, params))
     return out
 
@@ -51,23 +60,28 @@ def _specializations() -> tuple[list, list]:
     F32 = (cl.Array[np.float32], np.float32)
     float4 = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("w", "<f4")])
     demo = [
+        *_parts(cl._launcher),
         *(_lookup(k, "Array[np.float32]", "float32") for k in ("scale", "shift", "acc")),
-        *_entries(cl._launcher, (F32, F32, 0, False)),
+        *_invokers(cl._launcher, (None, F32, F32)),
     ]
-    wint = (cl.Buffer, cl.LocalMemory, Weak[int])
-    more = _entries(
+    more = _invokers(
         cl._launcher,
-        (wint, (cl.Buffer, cl.LocalMemory, np.int32), 0, False),
-        ((cl.Image, cl.Sampler, cl.Array[np.float32]),) * 2 + (0, False),
-        ((Struct[float4], cl.Array[np.float32]),) * 2 + (0, False),
-        ((np.float32, cl.Array[np.float32], cl.Array[np.float32]),) * 2 + (1, True),
-    )[1:]  # the launch function is the demo's
+        (None, (cl.Buffer, cl.LocalMemory, Weak[int]), (cl.Buffer, cl.LocalMemory, np.int32)),
+        (None, *((cl.Image, cl.Sampler, cl.Array[np.float32]),) * 2),
+        (None, *((Struct[float4], cl.Array[np.float32]),) * 2),
+        (
+            (np.float32,),
+            (cl.Array[np.float32], cl.Array[np.float32]),
+            (np.float32, cl.Array[np.float32], cl.Array[np.float32]),
+        ),
+    )
     A = cu.Array
-    more += _entries(
+    more += _parts(cu._launcher)
+    more += _invokers(
         cu._launcher,
-        ((A[np.float32], np.float32),) * 2 + (0, False),
-        ((A[np.float32], Weak[int]), (A[np.float32], np.int32), 0, False),
-        ((Struct[float4], np.float16, A[np.float16]),) * 2 + (0, False),
+        (None, *((A[np.float32], np.float32),) * 2),
+        (None, (A[np.float32], Weak[int]), (A[np.float32], np.int32)),
+        (None, *((Struct[float4], np.float16, A[np.float16]),) * 2),
     )
     return demo, more
 

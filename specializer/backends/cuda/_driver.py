@@ -168,14 +168,13 @@ def _attribute(name: str, device: Any) -> int:
 
 class ContextKey:
     """A :class:`Context`'s cache key (its ``token``): compared by identity, holding the context
-    weakly; ``table`` is its where table, emptied when the context is gone."""
+    weakly."""
 
-    __slots__ = ("__weakref__", "name", "ref", "table")
+    __slots__ = ("__weakref__", "name", "ref")
 
     def __init__(self, ctx: Context) -> None:
         self.ref = weakref.ref(ctx)
         self.name = ""
-        self.table: dict[Any, Any] = {}
 
     def context(self) -> Context | None:
         return self.ref()
@@ -183,13 +182,15 @@ class ContextKey:
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
 
+    def __str__(self) -> str:
+        return self.name
+
 
 def _forget(token: ContextKey) -> None:
     """Drop what was cached for a context that is gone. Takes no lock (see launching.forget)."""
     launching.forget(token)
     for hook in on_forget:
         hook(token)
-    token.table.clear()
 
 
 def _collected(token: ContextKey, handle: Any, is_primary: bool, alive: list[bool]) -> None:

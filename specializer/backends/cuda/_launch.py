@@ -38,12 +38,74 @@ def _frozen(v: Any) -> Any:
     return tuple(v) if isinstance(v, (Sequence, deque)) and not isinstance(v, (str, bytes)) else v
 
 
+def _range(r: type) -> dict[str, Any]:
+    """The bounds of a "ranged" kind's check, as its template's values (``_lo<i>``, ``_hi<i>``)."""
+    bounds = weak_range(r)
+    if bounds is None:
+        raise TypeError(f"a parameter of type {r} has no range to check")
+    return {"lo": bounds[0], "hi": bounds[1]}
+
+
+class _CUDALauncher(launching.Launcher):
+    name = "cuda"
+    template = "cuda_launch.py.j2"
+    options = {
+        "grid": launching.REQUIRED,
+        "block": launching.REQUIRED,
+        "stream": None,
+        "shared_mem": 0,
+        "cooperative": False,
+    }
+    compiler_kwargs = tuple(COMPILER_KWARGS)
+    lookup_name = "cufunction"
+    namespace = {
+        "_local": local,
+        "_current_key": current_key,
+        "_pool": _params.pool_functions,
+        "_cooperative": launch_cooperative,
+        "_half": _types.half_bits,
+        "_R": foreign,
+        "_CAI": cai_classes,
+        **_params.NAMESPACE,
+    }
+
+    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
+        token, kw = key
+        return uncached_lookup(F, tt, compiler_config(kw, token.context()), token)
+
+    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
+        return (where[0], _kwkey(kw)) if kw else where
+
+    def kind(self, t: type, r: type, captured: bool) -> launching.Kind:
+        if issubclass(t, Array):
+            # cast: an array argument's concrete type is an Array class (Array[dtype])
+            dtype = cast("type[Array[Any]]", r).dtype
+            cls = cuarray_class(dtype)  # a CuArray by its class; a foreign one by its interface
+            return launching.Kind("array", cls, np.dtype(dtype).str, exact=device_pointer)
+        if issubclass(t, Struct):
+            dt = _params.struct_dtype(t)
+            _types.struct_type(dt)  # native byte order (a cufunction's tt)
+            return launching.Kind("bytes", np.void, dt, values={"n": dt.itemsize})
+        if issubclass(t, WeakScalar):
+            if r is np.float16:  # a Python float: range-checked, then its bits
+                return launching.Kind("ranged_half", t.pytype, values=_range(r))
+            if weak_range(resolve_weak(t, r)) is not None:
+                return launching.Kind("ranged", t.pytype, values=_range(r))
+        if r is np.float16:
+            return launching.Kind("half", t)
+        _types.param_ctype(r)  # a type a CUDA parameter can have
+        return launching.Kind("scalar", t.pytype if issubclass(t, WeakScalar) else t)
+
+
+_launcher = _CUDALauncher(_definitions)
+_site = _launcher.site  # the cached lookup's call site (tests count its misses)
+
+
 class HostKernel(launching.HostKernel):
     """A kernel ready to launch in one context: what :func:`cufunction` returns (CUDA.jl's
     ``HostKernel``). Call it like :func:`launch` without the kernel: ``hk(*args, grid=...,
-    block=..., stream=None, shared_mem=0, cooperative=False)``. ``hk`` is the signature's
-    generated call, bound to an instance of this class (``isinstance(hk, HostKernel)``
-    holds), and carries its attributes:
+    block=..., stream=None, shared_mem=0, cooperative=False)``; it launches in its context
+    whatever context is current. Attributes:
 
     - ``function``: the driver's ``CUfunction``; ``name``: the kernel's name;
     - ``context``: the context it was loaded in, which it keeps alive (the caches hold it
@@ -53,6 +115,8 @@ class HostKernel(launching.HostKernel):
     - ``f``, ``tt``, ``where`` and ``linked`` (the :class:`LinkedKernel`).
     """
 
+    __call__ = _launcher.host_call
+
     linked: LinkedKernel
     function: Any
     context: Context
@@ -61,8 +125,9 @@ class HostKernel(launching.HostKernel):
     copy_to_global: Callable[[str, Any], None]
     copy_from_global: Callable[..., Any]
 
-    def __init__(self, f: Any, where: Any, tt: tuple[type, ...], linked: LinkedKernel) -> None:
-        super().__init__(f, where, tt, linked)
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        linked = self.linked
         self.function = linked.function
         self.context = linked.context
         self.name = linked.name
@@ -72,99 +137,6 @@ class HostKernel(launching.HostKernel):
 
     def __repr__(self) -> str:
         return f"<HostKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
-
-
-def _bounds(r: type) -> tuple[Any, Any]:
-    bounds = weak_range(r)
-    if bounds is None:
-        raise TypeError(f"a parameter of type {r} has no range to check")
-    return bounds
-
-
-class _CUDALauncher(launching.Launcher):
-    name = "cuda"
-    template = "cuda_entry.py.j2"
-    options = LAUNCH_OPTIONS
-    defaults = ("required", "required", "none", "zero", "false")
-    compiler_kwargs = tuple(COMPILER_KWARGS)
-    front_attr = "_cuda_front"
-    V = LinkedKernel
-    host_class = HostKernel
-    lookup_name = "cufunction"
-    #: "array": a device array (its pointer is passed); "cls_dtype_1": a struct by value
-    guard_kinds = {**launching.Launcher.guard_kinds, "array": True, "cls_dtype_1": True}
-
-    def uncached_lookup(self, F: Any, tt: tuple[type, ...], key: Any) -> Any:
-        token, kw = key
-        return uncached_lookup(F, tt, compiler_config(kw, token.context()), token)
-
-    def resolve(self, opts: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
-        return local.key or current_key(), opts
-
-    def resolve_where(self, where_opt: Any) -> Any:
-        return local.key or current_key()
-
-    def key(self, where: Any, kw: dict[str, Any]) -> tuple[Any, ...]:
-        return (where[0], _kwkey(kw)) if kw else where
-
-    def where_table(self, where: Any, make: bool = True) -> dict[Any, Any] | None:
-        # A where is (token, ()), without a __dict__: the table lives in the token, emptied
-        # when the context is gone.
-        token = where[0] if where.__class__ is tuple and where else None
-        if token.__class__ is not ContextKey:
-            return None
-        return launching.table_in(token.table, self.front_attr, make)
-
-    def guard_of(self, t: type) -> tuple[str, type, Any]:
-        if isinstance(t, type) and issubclass(t, Array):
-            # a CuArray by its class; a foreign one by class, then typestr, contiguity and mask
-            return "array", cuarray_class(t.dtype), np.dtype(t.dtype).str
-        if isinstance(t, type) and issubclass(t, Struct):
-            return "cls_dtype_1", np.void, t.dtype  # np.void or a one-element array
-        if isinstance(t, type) and issubclass(t, WeakScalar):
-            return "cls", t.pytype, None
-        return "cls", t, None
-
-    def kinds(
-        self, tt: tuple[type, ...], resolved: tuple[type, ...], ncaptured: int
-    ) -> tuple[list[str], list[str], dict[str, Any]]:
-        namespace: dict[str, Any] = {
-            **_params.namespace(resolved),
-            "_local": local,
-            "_pointer": device_pointer,  # a foreign array's, on the slow path
-            "_cooperative": launch_cooperative,
-            "_half": _types.half_bits,
-            "_R": foreign,
-            "_CAI": cai_classes,
-        }
-        kinds = []
-        for i, (t, r) in enumerate(zip(tt, resolved)):
-            if issubclass(t, Array):
-                # cast: an array argument's concrete type is an Array class (Array[dtype])
-                namespace[f"_own{i}"] = cuarray_class(cast("type[Array[Any]]", r).dtype)
-                kinds.append("array")
-            elif issubclass(t, Struct):
-                dt = _params.struct_dtype(t)
-                _types.struct_type(dt)  # native byte order (a cufunction's tt)
-                namespace[f"_n{i}"] = dt.itemsize
-                kinds.append("bytes")
-            elif r is np.float16 and issubclass(t, WeakScalar):
-                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _bounds(r)
-                kinds.append("ranged_half")  # a Python float: range-checked, then its bits
-            elif r is np.float16:
-                kinds.append("half")
-            elif issubclass(t, WeakScalar) and weak_range(resolve_weak(t, r)) is not None:
-                namespace[f"_lo{i}"], namespace[f"_hi{i}"] = _bounds(r)
-                kinds.append("ranged")
-            else:
-                _types.param_ctype(r)  # a type a CUDA parameter can have
-                kinds.append("scalar")
-        guards = [self.guard_of(t)[0] for t in tt[ncaptured:]]
-        return guards, kinds, namespace
-
-
-_launcher = _CUDALauncher(_definitions)
-_site = _launcher.site  # the cached lookup's call site (tests count its misses)
 
 #: a grid or block: an int, or a sequence of up to 3 ints
 _Dims = int | Sequence[int]
@@ -209,8 +181,8 @@ def cufunction(
     (without the captured values) and loaded in the current context, as a :class:`HostKernel`,
     looked up through ``cached_lookup`` with key (context, ``COMPILER_KWARGS``). Python
     ``int``/``float``/``bool`` in ``tt`` stand for the weak types."""
-    # cast: _launcher.host_class is this module's HostKernel
-    return cast(HostKernel, _launcher.function(f, tt, None, compiler_kwargs))
+    hk: HostKernel = _launcher.function(HostKernel, f, tt, {}, compiler_kwargs)
+    return hk
 
 
 def code_ptx(

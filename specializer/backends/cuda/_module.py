@@ -27,7 +27,7 @@ class LinkedKernel:
     __slots__ = (
         "__weakref__",
         "arch",
-        "bound",
+        "invokers",
         "cooperative",
         "function",
         "module",
@@ -54,7 +54,7 @@ class LinkedKernel:
         self.tt = tt
         self.arch = arch
         self.ptx = ptx  # for naming the module's variables in errors
-        self.bound: dict[Any, Any] = {}  # the launch path per lookup signature (the core's)
+        self.invokers: dict[Any, Any] = {}  # each signature's invoker (the core's)
         #: (threads per block, shared memory) -> max_cooperative_blocks; ends with the function
         self.cooperative: dict[tuple[int, int], tuple[int, int, int]] = {}
 

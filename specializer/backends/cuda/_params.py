@@ -144,18 +144,19 @@ def pool(tt: tuple[type, ...]) -> list[ParamBuffer]:
     return p
 
 
-def namespace(tt: tuple[type, ...]) -> dict[str, Any]:
-    """What the launch path of signature ``tt`` uses, bound as globals of its module."""
+def pool_functions(tt: tuple[type, ...]) -> tuple[Any, Any, Any]:
+    """Take, give back and make a parameter buffer of signature ``tt`` (an invoker's setup)."""
     p = pool(tt)
-    return {
-        "_take": p.pop,
-        "_give": p.append,
-        "_new": functools.partial(ParamBuffer, tt),
-        "_launch": driver.cuLaunchKernel,
-        "_dim3": dim3,
-        "_stream": stream_handle,
-        "_null": DEFAULT_STREAM,
-        "_overflow": overflow,
-        "_failed": failed,
-        "_memmove": ctypes.memmove,
-    }
+    return p.pop, p.append, functools.partial(ParamBuffer, tt)
+
+
+#: what every invoker uses, bound as globals of its module
+NAMESPACE: dict[str, Any] = {
+    "_launch": driver.cuLaunchKernel,
+    "_dim3": dim3,
+    "_stream": stream_handle,
+    "_null": DEFAULT_STREAM,
+    "_overflow": overflow,
+    "_failed": failed,
+    "_memmove": ctypes.memmove,
+}

@@ -59,19 +59,22 @@ def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
-def _other_context(where: _queues.ContextKey, value: Any) -> None:
-    """A raw buffer, image or sampler (captured too) not of the launch's context, which
-    pyopencl would let run: a ValueError naming it (on a miss; a hit's where is the same)."""
+def _other_context(where: _queues.ContextKey, value: Any) -> str | None:
+    """What is wrong with an array, raw buffer, image or sampler (captured too) of another
+    context than the launch's, which pyopencl would let run (asked on a miss; a hit's where
+    is the same)."""
     try:
         other = value.context
     except cl.Error:
-        return
-    if other is not None and other.int_ptr != where.ptr:
-        raise ValueError(
-            f"a {type(value).__name__} of {other!r} was passed to a kernel launched in "
-            f"{where.name}: a kernel can use only memory of its queue's context: make it in "
-            "that context, or launch on a queue of its context"
-        )
+        return None
+    if other is None or other.int_ptr == where.ptr:
+        return None
+    kind = "an array" if isinstance(value, cla.Array) else f"a {type(value).__name__}"
+    return (
+        f"{kind} of {other!r}, but the queue is in {where}: a kernel can use only memory of "
+        "its queue's context: make it on a queue of that context, or launch on a queue of its "
+        "context"
+    )
 
 
 def _wait_list(linked: LinkedKernel, wait_for: Any) -> list[Any]:
@@ -119,7 +122,7 @@ class _OpenCLLauncher(launching.Launcher):
 
     def kind(self, t: type, r: type, captured: bool) -> launching.Kind:
         if issubclass(t, Array):
-            return launching.Kind("array", cla.Array, t.dtype)
+            return launching.Kind("array", cla.Array, t.dtype, check=_other_context)
         if issubclass(t, LocalMemory):
             return launching.Kind("local", cl.LocalMemory)
         if issubclass(t, Sampler):

@@ -70,8 +70,10 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
     """Make launches given no queue use ``queue`` (``None``: a queue on PoCL's CPU device)."""
     default: tuple[cl.CommandQueue | None, Any] = (None, None)
     if queue is not None:
+        if not isinstance(queue, cl.CommandQueue):
+            raise TypeError(f"expected a pyopencl.CommandQueue or None, got {queue!r}")
         check_fork()  # a queue of the user's is a device in use
-        default = (queue, context_key(queue))  # (refuses what is not a queue)
+        default = (queue, context_key(queue))
     with _default_lock():
         _default[0] = default
 
@@ -114,6 +116,9 @@ class ContextKey:
 
     def __repr__(self) -> str:
         return f"<context key of {self.name}>"
+
+    def __str__(self) -> str:
+        return self.name
 
 
 #: each live context's key, by its cl_context address

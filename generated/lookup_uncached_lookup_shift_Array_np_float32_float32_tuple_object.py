@@ -1,5 +1,5 @@
 # Generated from templates/lookup.py.j2 by tools/regen_generated.py; do not edit.
-def lookup_uncached_lookup_shift_Array_np_float32_float32_tuple_LinkedKernel(
+def lookup_uncached_lookup_shift_Array_np_float32_float32_tuple_object(
     key, lookup, _cell=None
 ):
     # The newest entry: most often stored under this very world object (read once), then

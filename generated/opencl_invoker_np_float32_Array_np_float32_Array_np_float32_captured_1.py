@@ -1,0 +1,72 @@
+# Generated from templates/opencl_launch.py.j2 by tools/regen_generated.py; do not edit.
+def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linked):
+    # This signature's invoker, bound to one linked kernel.
+    _take = linked.pool.pop
+    _give = linked.pool.append
+    _new = linked.new_record
+    _ctx = linked.context_ptr
+
+    def invoke(f, args, global_size, local_size, global_offset, wait_for, queue, _checked=False):
+        try:
+            (a0,) = f.values
+            a1, a2 = args
+        except (TypeError, ValueError):  # another number of arguments, or not an instance
+            return _MISS
+        if not (
+            a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1)
+            and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)
+        ):
+            if not _checked:
+                return _MISS
+            a1, a2 = args  # typed by the slow path: values of subclasses
+        try:
+            k = _take()
+        except IndexError:
+            k = _new()
+        (set_arg, set_buf, kernel, last0, last1, last2, size) = k
+        if global_size is size[0] and local_size is None and global_offset is None:
+            global_size = size  # the 1-tuple this record made of this very int
+        elif (
+            local_size is None
+            and global_offset is None
+            and global_size.__class__ is int
+            and global_size > 0
+        ):
+            global_size = k[6] = (global_size,)
+        else:
+            try:
+                global_size, local_size, global_offset = _sizes(
+                    global_size, local_size, global_offset
+                )
+            except BaseException as e:
+                _give(k)
+                error = _size_error(linked, e)
+                if error is None:
+                    raise
+                raise error from None
+        if wait_for is not None and wait_for.__class__ is not list:
+            wait_for = _wait_list(linked, wait_for)
+        try:
+            set_buf(0, a0)
+            if last1() is not a1:  # not the array set last (a weak reference)
+                if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
+                    _bad_array(linked, 1, a1)
+                k[4] = _nothing
+                set_arg(1, a1.base_data)
+                k[4] = _ref(a1)
+            if last2() is not a2:  # not the array set last (a weak reference)
+                if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
+                    _bad_array(linked, 2, a2)
+                k[5] = _nothing
+                set_arg(2, a2.base_data)
+                k[5] = _ref(a2)
+            return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
+        except _FAILURES as e:
+            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            if error is None:
+                raise
+            raise error from None
+        finally:
+            _give(k)
+
+    return invoke
