@@ -404,27 +404,32 @@ class Fun:
     name = "k"
     context = None
     function = object()
+    get_global = copy_to_global = copy_from_global = None
 
     def __init__(self, tt):
         self.tt = tt
-        self.bound = {}
+        self.invokers = {}
+
+
+def invoker(tt, lookup_tt=None, instance=None):
+    """The invoker of concrete types ``tt`` (looked up as ``lookup_tt``) bound to a stand-in
+    linked kernel, and its factory."""
+    launcher = cuda._launch._launcher
+    factory = launcher._factory(instance, tt if lookup_tt is None else lookup_tt, tt)[0]
+    return factory(Fun(tt)), factory
 
 
 def with_driver(tt, launch, lookup_tt=None):
-    """The launch path's slow-path binding for concrete types ``tt`` (looked up as
-    ``lookup_tt``), calling ``launch`` where it calls cuLaunchKernel: ``fn(grid, block,
-    shared_mem, stream, args)``."""
-    factory = cuda._launch._launcher._factory(tt if lookup_tt is None else lookup_tt, tt, 0, False)
-    bind = factory(Fun(tt), None, None, [None])[0]
-    run = bind(
-        None, None, launching.NOTHING, None, None, None, None
-    )  # checks nothing but the count
+    """The invoker of concrete types ``tt`` (looked up as ``lookup_tt``) as the slow path
+    calls it (arguments it has typed), calling ``launch`` where it calls cuLaunchKernel:
+    ``fn(grid, block, shared_mem, stream, args)``."""
+    invoke, factory = invoker(tt, lookup_tt)
 
     def fn(grid, block, shared_mem, stream, args, cooperative=False):
         glb = factory.__globals__
         saved, glb["_launch"] = glb["_launch"], launch
         try:
-            return run(None, args, grid, block, stream, shared_mem, cooperative, {})
+            return invoke(None, args, grid, block, stream, shared_mem, cooperative, True)
         finally:
             glb["_launch"] = saved
 
@@ -529,8 +534,8 @@ def test_launcher_rejects_bad_launch_configurations_and_out_of_range_ints():
         launch_recorded(tt, 1, stream="default")
     with pytest.raises(OverflowError, match=r"does not fit np\.int64 .*parameter 0 of kernel k"):
         launch_recorded(tt, 2**63)
-    with pytest.raises(ValueError, match="too many values"):  # one argument too many
-        with_driver(tt, None)(1, 1, 0, None, (1, 2))
+    # one argument too many: another signature's, which the slow path looks up
+    assert with_driver(tt, None)(1, 1, 0, None, (1, 2)) is launching.MISS
 
 
 def test_concurrent_launches_of_one_signature_each_pass_their_own_values():
@@ -563,10 +568,10 @@ def test_concurrent_launches_of_one_signature_each_pass_their_own_values():
 def test_launcher_source_is_generated_per_signature_and_holds_no_values():
     tt = (A[np.uint8], np.uint8, np.float32)
     launcher = cuda._launch._launcher
-    factory = launcher._factory(tt, tt, 0, False)
-    assert launcher._factory(tt, tt, 0, False) is factory
+    factory = launcher._factory(None, tt, tt)[0]
+    assert launcher._factory(None, tt, tt)[0] is factory
     (gen,) = [g for g in specializer.generated_sources() if g.name == factory.__name__]
-    assert gen.template == "cuda_entry.py.j2"
+    assert gen.template == "cuda_launch.py.j2"
     assert "v.a2 = a2" in gen.source and "_launch(_function" in gen.source
     assert "0x" not in gen.source and "np." not in gen.source  # names and counts only
 
@@ -2126,7 +2131,7 @@ def test_a_struct_with_a_big_endian_field_is_refused_like_a_big_endian_array():
     with pytest.raises(ValueError, match=r"argument 1 of kernel fill .*native byte order"):
         _launch._launcher.argtypes((np.float32(1), np.zeros(1, be)[0]), fill)
     with pytest.raises(ValueError, match="native byte order"):  # a cufunction's tt, too
-        _launch._launcher.kinds((cuda.Struct[be],), (cuda.Struct[be],), 0)
+        _launch._launcher.kind(cuda.Struct[be], cuda.Struct[be], False)
 
 
 def test_a_python_float_too_large_for_a_half_parameter_is_an_overflow_error():
@@ -2164,24 +2169,22 @@ def test_a_one_element_array_of_a_struct_dtype_passes_by_value_like_a_0d_one():
 
 
 def test_a_captured_array_and_a_launch_array_reach_the_driver_as_pointers_on_every_path():
-    # the slow path reads both pointers; a HostKernel call reads the captured one, its guard
-    # the launch argument's
+    # the slow path reads both pointers; a hit reads the captured one, its guard the launch
+    # argument's
     tt = (A[np.float32], A[np.float32], np.float32)
-    factory = cuda._launch._launcher._factory(tt, tt, 1, True)
+    invoke, factory = invoker(tt, tt[1:], instance=tt[:1])
 
     class Instance:
         values = (cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32),)
 
-    bind, host, _ = factory(Fun(tt), None, None, [None])
-    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec
     try:
         foreign = FakeCAI("<f4", ptr=0x7F00BEEF0000)
         cuda.typeof(foreign)  # the slow path has typed one: its class has a reader
-        slow(Instance(), (foreign, np.float32(2)), 1, 1, None, 0, False, {})
-        host(Instance(), None)(None, foreign, np.float32(2), grid=1, block=1)
+        invoke(Instance(), (foreign, np.float32(2)), 1, 1, None, 0, False, True)  # the slow path
+        invoke(Instance(), (foreign, np.float32(2)), 1, 1, None, 0, False)  # a hit
     finally:
         glb["_launch"] = saved
     pointers = [(0x7F00DEAD0000).to_bytes(8, "little"), (0x7F00BEEF0000).to_bytes(8, "little")]
@@ -2192,24 +2195,20 @@ def test_a_one_element_struct_array_passes_the_guard_as_a_0d_one_does():
     # the fast path takes what the slow path types as the struct, and nothing else
     double3 = np.dtype([("x", "<f8"), ("y", "<f8"), ("z", "<f8")])
     tt = (cuda.Struct[double3],)
-    factory = cuda._launch._launcher._factory(tt, tt, 0, False)
-    failed = []
-    host = factory(Fun(tt), lambda f, args, opts, kw: failed.append(args), None, [None])[1]
-    call = functools.partial(host(None, None), None)  # as bound to its record
+    invoke, factory = invoker(tt)
     rec = Recorder(tt)
     glb = factory.__globals__
     saved, glb["_launch"] = glb["_launch"], rec
     try:
         rhs = np.array([1.0, 2.0, 3.0])
         for value in (rhs.view(double3), rhs.view(double3).reshape(()), rhs.view(double3)[0]):
-            call(value, grid=1, block=1)
+            assert invoke(None, (value,), 1, 1, None, 0, False) is None  # launched
         two, swapped = np.zeros(2, double3), rhs.view(double3).astype(double3.newbyteorder())
         for value in (two, swapped):
-            call(value, grid=1, block=1)
+            assert invoke(None, (value,), 1, 1, None, 0, False) is launching.MISS
     finally:
         glb["_launch"] = saved
     assert [c[4] for c in rec.calls] == [[rhs.tobytes()]] * 3
-    assert len(failed) == 2 and failed[0][0] is two and failed[1][0] is swapped
 
 
 @cuda.kernel
@@ -2265,48 +2264,63 @@ def test_ptx_parameters_reads_every_kind_of_parameter():
 
 
 class Published:
-    """``fill``'s front entry for (Array[np.float32], np.float32, Weak[int]) published as a
-    lookup publishes it, with the driver replaced by a recorder and misses counted (a miss
-    is not launched)."""
+    """``fill``'s cell entry for (Array[np.float32], np.float32, Weak[int]) in a context
+    stand-in, kept as a miss keeps it, with the driver replaced by a recorder and misses
+    counted (a miss is not launched)."""
 
     def __init__(self):
-        from specializer import world
-        from specializer.backends.cuda._driver import local
         from specializer.types import Weak
 
-        launcher = cuda._launch._launcher
+        self.launcher = cuda._launch._launcher
         self.tt = (A[np.float32], np.float32, Weak[int])
         resolved = (A[np.float32], np.float32, np.int64)
-        self.factory = launcher._factory(self.tt, resolved, 0, False)
+        self.invoke, self.factory = invoker(resolved, self.tt)
         self.rec = Recorder(resolved)
         self.misses = []
-        self.local, self.where = local, (object(), ())
-        bind, self.call, _ = self.factory(Fun(resolved), self.mismatch, None, [None])
-        self.entry = bind(self.miss, world.hot_cell[0], self.where, {}, fill, launcher.other, None)
+        from specializer.backends.cuda._driver import ContextKey
 
-    def miss(self, f, args, opts, kw):
-        self.misses.append(args)
+        self.ctx = type("Ctx", (), {})()  # what a key needs of its context: a weak reference
+        self.where = (ContextKey(self.ctx), ())
 
-    def mismatch(self, f, args, opts, kw):
-        self.misses.append(args)
+    def miss(self, *args):
+        self.misses.append(args[1])
 
     def __enter__(self):
-        glb = self.factory.__globals__
-        self.saved = glb["_launch"], self.local.key
-        glb["_launch"], self.local.key = self.rec, self.where
+        from specializer import world
+        from specializer.backends.cuda._driver import local
+
+        self.local = local
+        self.hooked = [
+            (self.factory.__globals__, "_launch", self.rec),
+            (self.launcher.launch.__globals__, "_miss", self.miss),
+            (self.launcher._cell_function.__globals__, "_miss", self.miss),
+            (self.launcher.host_call.__globals__, "_mismatch", self.miss),
+        ]
+        self.saved = [glb[name] for glb, name, _ in self.hooked], local.key
+        for glb, name, value in self.hooked:
+            glb[name] = value
+        local.key = self.where
+        self.launcher._store(fill, world.task_cell()[0], self.where, {}, self.invoke)
         return self
 
     def __exit__(self, *exc):
-        self.factory.__globals__["_launch"], self.local.key = self.saved
+        for (glb, name, _), value in zip(self.hooked, self.saved[0]):
+            glb[name] = value
+        self.local.key = self.saved[1]
+        setattr(fill, self.launcher.attr, None)
 
     def launch(self, x):
         n = len(self.rec.calls)
-        self.entry(fill, (x, np.float32(2), 4), 1, 1, None, 0, False, {})
+        cuda.launch(fill, x, np.float32(2), 4, grid=1, block=1)
         return self.rec.calls[n][4][0] if len(self.rec.calls) > n else None
 
+    def host_kernel(self):
+        return cuda.HostKernel(fill, self.tt, Fun(self.tt), self.where, self.invoke, {})
 
-def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_miss():
+
+def test_a_kernel_keeps_an_entry_per_context_so_alternating_contexts_never_miss():
     import gc
+    import weakref
 
     from specializer import world
     from specializer.backends.cuda._driver import ContextKey, _forget, local
@@ -2322,7 +2336,7 @@ def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_
     launcher = cuda._launch._launcher
     tt = (A[np.float32], np.float32, Weak[int])
     resolved = (A[np.float32], np.float32, np.int64)
-    factory = launcher._factory(tt, resolved, 0, False)
+    factory = launcher._factory(None, tt, resolved)[0]
     contexts = [Ctx(), Ctx()]
     wheres = [(ContextKey(c), ()) for c in contexts]
     functions, misses, called = [object(), object()], [], []
@@ -2331,31 +2345,30 @@ def test_a_kernel_keeps_a_front_entry_per_context_so_alternating_contexts_never_
         called.append(function)
         return (0,)
 
-    for function, where in zip(functions, wheres):  # as two lookups publish them
-        linked = Fun(resolved)
-        linked.function = function
-        bind = factory(linked, None, None, [None])[0]
-        front = functools.partial(bind, lambda *a: misses.append(a))
-        launcher._publish(alternate, world.hot_cell[0], where, {}, front)
-    glb = factory.__globals__
-    saved = glb["_launch"], local.key
+    linked = []
+    for function, where in zip(functions, wheres):  # as two misses keep them
+        linked.append(Fun(resolved))
+        linked[-1].function = function
+        launcher._store(alternate, world.task_cell()[0], where, {}, factory(linked[-1]))
+    glb, launch_glb = factory.__globals__, launcher.launch.__globals__
+    saved = glb["_launch"], local.key, launch_glb["_miss"]
     x = cuda.CuArray.wrap(0x7F00DEAD0000, (4,), np.float32)
     try:
-        glb["_launch"] = recorder
+        glb["_launch"], launch_glb["_miss"] = recorder, lambda *a: misses.append(a)
         for i in range(6):
             local.key = wheres[i % 2]
             cuda.launch(alternate, x, np.float32(1), 4, grid=1, block=1)
     finally:
-        glb["_launch"], local.key = saved
+        glb["_launch"], local.key, launch_glb["_miss"] = saved
     assert misses == [] and called == functions * 3
-    # the table goes with the context: what it held is dropped when the context is gone
-    # (a where table keys kernels by their token, and keeps none alive)
-    assert alternate._specializer_token in launcher.where_table(wheres[0])
+    # a context gone takes its entries with it: what they held is freed
+    cell = getattr(alternate, launcher.attr)
+    assert [e[1] for e in cell[0]] == [wheres[1], wheres[0]]
+    gone = weakref.ref(linked[0])
     _forget(wheres[0][0])
-    del alternate._cuda_front
+    del linked[0]
     gc.collect()
-    assert wheres[0][0].table == {}
-    assert alternate._specializer_token in launcher.where_table(wheres[1])
+    assert [e[1] for e in cell[0]] == [wheres[1]] and gone() is None
 
 
 def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer():
@@ -2384,8 +2397,8 @@ def test_a_foreign_array_of_a_known_class_takes_the_fast_path_with_its_pointer()
         odd = FakeCAI("<f4", ptr=np.uint64(0x7F00BEEF4000))  # a pointer that is no int
         assert p.launch(odd) == (0x7F00BEEF4000).to_bytes(8, "little")
         # a HostKernel call's guard is the same
-        call = p.call(fill, p.where)  # (its first argument: the record it is bound to)
-        call(None, FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
+        hk = p.host_kernel()
+        hk(FakeCAI("<f4", ptr=0x7F00BEEF2000), np.float32(1), 4, grid=1, block=1)
         assert p.rec.calls[-1][4][0] == (0x7F00BEEF2000).to_bytes(8, "little")
         assert len(p.misses) == 5
 
