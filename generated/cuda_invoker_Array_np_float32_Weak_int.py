@@ -24,7 +24,8 @@ def cuda_invoker_Array_np_float32_Weak_int(linked):
         ):
             if not _checked:
                 return _MISS
-            a0, a1 = args  # typed by the slow path: values of subclasses
+            # typed by the slow path (values of subclasses): as given
+            a0, a1 = args
             a0 = _X0(a0)
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1

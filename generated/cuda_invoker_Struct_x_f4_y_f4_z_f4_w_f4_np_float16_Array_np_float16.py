@@ -26,7 +26,8 @@ def cuda_invoker_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked):
         ):
             if not _checked:
                 return _MISS
-            a0, a1, a2 = args  # typed by the slow path: values of subclasses
+            # typed by the slow path (values of subclasses): as given
+            a0, a1, a2 = args
             a2 = _X2(a2)
         if grid.__class__ is int and grid > 0:
             gx, gy, gz = grid, 1, 1

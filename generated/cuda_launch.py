@@ -4,8 +4,6 @@ def cuda_launch(
     cooperative=_OPTIONS[4], **kw
 ):
     where = _local.key
-    if where is None:  # no context made current through this back-end in this thread
-        where = _current_key()
     try:
         w, wh, ekw, invoke = f._specializer_cuda_cell[0][0]  # the kernel's newest entry
     except AttributeError:  # never launched, or not a kernel: the slow path

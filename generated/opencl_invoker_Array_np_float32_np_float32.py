@@ -1,6 +1,8 @@
 # Generated from templates/opencl_launch.py.j2 by tools/regen_generated.py; do not edit.
 def opencl_invoker_Array_np_float32_np_float32(linked):
     # This signature's invoker, bound to one linked kernel.
+    # the fields of a pool record (LinkedKernel.new_record)
+    (SET_ARG, SET_BUF, KERNEL, LAST0, LAST1, SIZE) = range(6)
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
@@ -17,7 +19,8 @@ def opencl_invoker_Array_np_float32_np_float32(linked):
         ):
             if not _checked:
                 return _MISS
-            a0, a1 = args  # typed by the slow path: values of subclasses
+            # typed by the slow path (values of subclasses): as given
+            a0, a1 = args
         try:
             k = _take()
         except IndexError:
@@ -31,7 +34,7 @@ def opencl_invoker_Array_np_float32_np_float32(linked):
             and global_size.__class__ is int
             and global_size > 0
         ):
-            global_size = k[5] = (global_size,)
+            global_size = k[SIZE] = (global_size,)
         else:
             try:
                 global_size, local_size, global_offset = _sizes(
@@ -49,17 +52,18 @@ def opencl_invoker_Array_np_float32_np_float32(linked):
             if last0() is not a0:  # not the array set last (a weak reference)
                 if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
                     _bad_array(linked, 0, a0)
-                k[3] = _nothing
+                k[LAST0] = _nothing
                 set_arg(0, a0.base_data)
-                k[3] = _ref(a0)
+                k[LAST0] = _ref(a0)
             if last1 is not a1:
-                k[4] = _nothing
+                k[LAST1] = _nothing
                 set_buf(1, a1)
                 if not _checked:  # (a value of a subclass: not kept)
-                    k[4] = a1
+                    k[LAST1] = a1
             return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            error = _failed(linked, (a0, a1, ), e, global_size, local_size)
+            values = (a0, a1)
+            error = _failed(linked, values, e, global_size, local_size)
             if error is None:
                 raise
             raise error from None

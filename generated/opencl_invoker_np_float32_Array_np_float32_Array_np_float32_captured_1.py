@@ -1,6 +1,8 @@
 # Generated from templates/opencl_launch.py.j2 by tools/regen_generated.py; do not edit.
 def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linked):
     # This signature's invoker, bound to one linked kernel.
+    # the fields of a pool record (LinkedKernel.new_record)
+    (SET_ARG, SET_BUF, KERNEL, LAST0, LAST1, LAST2, SIZE) = range(7)
     _take = linked.pool.pop
     _give = linked.pool.append
     _new = linked.new_record
@@ -18,7 +20,8 @@ def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linke
         ):
             if not _checked:
                 return _MISS
-            a1, a2 = args  # typed by the slow path: values of subclasses
+            # typed by the slow path (values of subclasses): as given
+            a1, a2 = args
         try:
             k = _take()
         except IndexError:
@@ -32,7 +35,7 @@ def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linke
             and global_size.__class__ is int
             and global_size > 0
         ):
-            global_size = k[6] = (global_size,)
+            global_size = k[SIZE] = (global_size,)
         else:
             try:
                 global_size, local_size, global_offset = _sizes(
@@ -51,18 +54,19 @@ def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linke
             if last1() is not a1:  # not the array set last (a weak reference)
                 if a1.offset or not a1.flags.forc or a1.context.int_ptr != _ctx:
                     _bad_array(linked, 1, a1)
-                k[4] = _nothing
+                k[LAST1] = _nothing
                 set_arg(1, a1.base_data)
-                k[4] = _ref(a1)
+                k[LAST1] = _ref(a1)
             if last2() is not a2:  # not the array set last (a weak reference)
                 if a2.offset or not a2.flags.forc or a2.context.int_ptr != _ctx:
                     _bad_array(linked, 2, a2)
-                k[5] = _nothing
+                k[LAST2] = _nothing
                 set_arg(2, a2.base_data)
-                k[5] = _ref(a2)
+                k[LAST2] = _ref(a2)
             return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
-            error = _failed(linked, (a0, a1, a2, ), e, global_size, local_size)
+            values = (a0, a1, a2)
+            error = _failed(linked, values, e, global_size, local_size)
             if error is None:
                 raise
             raise error from None

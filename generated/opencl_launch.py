@@ -5,8 +5,6 @@ def opencl_launch(
 ):
     if queue is None:
         queue, where = _default[0]
-        if queue is None:  # no launch has made the default queue yet
-            queue, where = _first_default()
     else:
         where = _where(queue)
     try:

@@ -60,7 +60,7 @@ ENTRIES = 8
 #: A cell's entry before any: no world is it.
 _EMPTY = (object(), None, None, None)
 #: The longest name of a generated function (its def line fits in 100 columns).
-_NAME_LIMIT = 88
+_NAME_LIMIT = 80
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,8 @@ class Launcher:
     template: ClassVar[str] = "launch.py.j2"
     # its launch options in order, each with its default (REQUIRED: the caller gives it)
     options: ClassVar[Mapping[str, Any]] = {}
-    # the compiler kwargs its key takes (empty: any keyword that is not a launch option)
-    compiler_kwargs: ClassVar[tuple[str, ...]] = ()
+    # the compiler kwargs its key takes, each with what it takes (empty: any other keyword)
+    compiler_kwargs: ClassVar[Mapping[str, str]] = {}
     # what messages call its lookup ("clfunction")
     lookup_name: ClassVar[str] = "the lookup"
     # what a fork means for it, said in the fork error (None: it is fork-safe)
@@ -245,6 +245,8 @@ class Launcher:
         error = _call_error(self, F, len(args), opts, kw)
         if error is not None:  # raised here: the fewest library frames above the user's line
             raise error
+        if where is None:  # not cheap to find, or not found without the device: found now
+            where, opts = self.where_of(*opts)
         tt = self.argtypes(args, F)
         linked = self._lookup(F, tt, self.key(where, kw))
         self.check_fork()  # again: a compile hook of the lookup may have forked
@@ -470,9 +472,9 @@ class Launcher:
     def keyword_error(self, unknown: Iterable[str]) -> TypeError:
         """The error for keywords that are neither launch nor compiler options, with the
         nearest valid one (SPEC 8)."""
-        kwargs = self.compiler_kwargs
+        kwargs = list(self.compiler_kwargs)
         compiler = (
-            f"the compiler option is {kwargs[0]}="
+            f"the compiler option is {kwargs[0]}={self.compiler_kwargs[kwargs[0]]}"
             if len(kwargs) == 1
             else f"compiler options are {', '.join(kwargs)}"
             if kwargs

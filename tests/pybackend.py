@@ -217,7 +217,7 @@ class PyLauncher(Launcher):
     name = "py"
     template = "python_launch.py.j2"
     options = {"size": REQUIRED, "context": None}
-    compiler_kwargs = ("defines",)
+    compiler_kwargs = {"defines": "{name: value}, the kernel source's extra globals"}
     lookup_name = "py.function"
 
     def __init__(self, definitions: Definitions, backend: ItemsBackend) -> None:

@@ -62,13 +62,13 @@ def test_generated_holds_exactly_what_the_demo_generates():
 
 
 # -- generated code read at a glance (SPEC 10): lines of at most 100 columns, the launch
-# body once ----------------------------------------------------------------------------------
+# body once, in the invoker ------------------------------------------------------------------
 
-#: what each back-end's `launch` block calls once per launch: it appears once in an entry
+#: what each back-end's `invoke` block calls once per launch: once in an invoker, nowhere else
 LAUNCH_MARKERS = {
-    "opencl_entry.py.j2": ("_enqueue(", "_take()", "_sizes("),
-    "cuda_entry.py.j2": ("_launch(_function", "_dim3(grid", "_cooperative("),
-    "python_entry.py.j2": ("for i in range(size):", "_size(size)"),
+    "opencl_launch.py.j2": ("_enqueue(", "_take()", "_sizes("),
+    "cuda_launch.py.j2": ("_launch(_function", "_dim3(grid", "_cooperative("),
+    "python_launch.py.j2": ("for i in range(size):", "_size(size)"),
 }
 
 
@@ -122,9 +122,14 @@ def _fresh_entries():
     ]
     out = {}
     for n, (launcher, full, resolved, ncap) in enumerate(cases, 90):
-        parts, _, params = launcher.template_params(full, resolved, ncap, bool(ncap))
-        name = f"{parts[0]}__{n}"  # numbered, as a later entry of one name is
+        instance = full[:ncap] if ncap else None
+        parts, params, _ = launcher.invoker_params(instance, full[ncap:], resolved)
+        name = f"{parts[0]}__{n}"  # numbered, as a later invoker of one name is
         out[name] = (launcher.template, render(launcher.template, name=name, **params))
+        for part in ("launch", "cell", "where", "host"):
+            parts, params = launcher.part_params(part)
+            name = f"{parts[0]}_{parts[1]}__{n}"
+            out[name] = (launcher.template, render(launcher.template, name=name, **params))
     return out
 
 
@@ -134,21 +139,18 @@ def test_freshly_rendered_entries_are_at_most_100_columns_wide():
         compile(source, name, "exec")
 
 
-def test_an_entry_holds_its_launch_body_once():
-    # the front entry, a HostKernel's call and the slow path are bindings of one `entry`
-    entries = {
+def test_an_invoker_holds_its_launch_body_once_and_nothing_else_does():
+    # launch, a kernel's cell and a HostKernel's call all run the signature's invoker
+    files = {
         name: (template, text)
         for name, text in render_all().items()
-        for template in ["opencl_entry.py.j2", "cuda_entry.py.j2"]
-        if name.startswith(template.split("_")[0] + "_entry")
+        for template in LAUNCH_MARKERS
+        if name.startswith(template.split("_")[0] + "_")
     }
-    entries.update(_fresh_entries())
-    assert len(entries) == 13
-    for name, (template, source) in entries.items():
-        assert source.count("def entry(") == 1, name
+    files.update(_fresh_entries())
+    invokers = {name: f for name, f in files.items() if "_invoker_" in name}
+    assert len(invokers) == 13 and len(files) > 2 * len(invokers)
+    for name, (template, source) in files.items():
         for marker in LAUNCH_MARKERS[template]:
-            assert source.count(marker) == 1, (name, marker)
-        call = source[source.index("def call(") : source.index("return call")]
-        assert re.search(r"return entry\(\s*f, args", call), name  # its binding of entry
-        assert not any(m in call for m in LAUNCH_MARKERS[template]), name
+            assert source.count(marker) == (1 if name in invokers else 0), (name, marker)
         assert not re.search(r"\bk\[\d", source), name  # a pool record's fields by name

@@ -174,14 +174,13 @@ def test_cuda_refuses_out_of_range_weak_values_before_the_driver_call():
 
     launcher = cuda._launch._launcher
     resolved = (cuda.Array[np.float32], np.float32, np.int32)
-    factory = launcher._factory((resolved[0], Weak[float], Weak[int]), resolved, 0, False)
+    factory = launcher._factory(None, (resolved[0], Weak[float], Weak[int]), resolved)[0]
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
-    linked.bound = {}
-    bind = factory(linked, None, None, [None])[0]
-    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
+    linked.invokers = {}
+    invoke = factory(linked)
 
     def run(params, *opts):
-        return slow(None, params, *opts, {})
+        return invoke(None, params, *opts, True)  # as the slow path calls it
 
     calls = []
     glb = factory.__globals__
@@ -300,14 +299,13 @@ def test_cuda_packs_a_float_types_printed_max_and_refuses_what_rounds_to_an_infi
 
     launcher = cuda._launch._launcher
     resolved = (cuda.Array[t], t)
-    factory = launcher._factory((resolved[0], Weak[float]), resolved, 0, False)
+    factory = launcher._factory(None, (resolved[0], Weak[float]), resolved)[0]
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
-    linked.bound = {}
-    bind = factory(linked, None, None, [None])[0]
-    slow = bind(None, None, launching.NOTHING, None, None, None, None)  # the slow path's binding
+    linked.invokers = {}
+    invoke = factory(linked)
 
     def run(params, *opts):
-        return slow(None, params, *opts, {})
+        return invoke(None, params, *opts, True)  # as the slow path calls it
 
     calls = []
     glb = factory.__globals__

@@ -56,7 +56,7 @@ class _CUDALauncher(launching.Launcher):
         "shared_mem": 0,
         "cooperative": False,
     }
-    compiler_kwargs = tuple(COMPILER_KWARGS)
+    compiler_kwargs = COMPILER_KWARGS
     lookup_name = "cufunction"
     namespace = {
         "_local": local,

@@ -37,8 +37,8 @@ def _config(options: tuple[str, ...]) -> CompilerConfig:
 
 #: launch options, in order, as launch and a HostKernel call take them
 LAUNCH_OPTIONS = ("global_size", "local_size", "global_offset", "wait_for", "queue")
-#: compiler keyword arguments
-COMPILER_KWARGS = ("options",)
+#: compiler keyword arguments, each with what it takes
+COMPILER_KWARGS = {"options": "(build options, ...), e.g. options=('-cl-fast-relaxed-math',)"}
 
 
 def _build_options(compiler_kwargs: dict[str, Any]) -> tuple[str, ...]:
