@@ -110,8 +110,8 @@ NAME = "_specializer_generated_name_"
 _MAX_RENDER = 1 << 22
 #: (the template files' names, sizes and modification times, the digest of their contents)
 _identity: list[tuple[tuple[tuple[str, int, int], ...], str]] = []
-#: the blocks of templates/entry.py.j2 a back-end's template fills
-_BLOCKS = ("setup", "where", "call_where", "unguarded", "launch", "guard")
+#: the blocks of templates/launch.py.j2 a back-end's template fills
+_BLOCKS = ("where", "setup", "invoke", "guard")
 
 
 def generated_sources() -> list[GeneratedSource]:
@@ -283,7 +283,7 @@ def template_error(
     lines = source.splitlines()
     bad = lines[e.lineno - 1].strip() if e.lineno and 0 < e.lineno <= len(lines) else ""
     where = ""
-    for block in ("where", "launch"):  # the blocks a launch path cannot do without
+    for block in ("where", "invoke"):  # the blocks a launch path cannot do without
         if not (render_block(template, block, **params) or "").strip():
             where = f", block `{block}` (empty: it must render at least one statement)"
             break

@@ -17,6 +17,8 @@ A back-end implements the hooks of :class:`Launcher` (``docs/reference-backend.m
 
 from __future__ import annotations
 
+import ast
+import inspect
 import os
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
@@ -35,7 +37,7 @@ from .methods import MethodError
 from .signatures import signature
 from .suggest import unknown_keywords
 from .locks import new_lock
-from .types import WEAK, WeakScalar, type_name, weak_converter
+from .types import WEAK, DeviceArray, Struct, WeakScalar, type_name, weak_converter
 
 __all__ = [
     "ENTRIES",
@@ -166,7 +168,9 @@ class Launcher:
     def __init__(self, definitions: Definitions) -> None:
         self.definitions = definitions
         self.typeof = definitions.typeof
-        self._lock = new_lock(reentrant=False)  # cells' stores and factories
+        self._lock = new_lock(reentrant=False)  # cells' stores, factories, the miss count
+        #: how many launches took the slow path (tests count them to see launches hit)
+        self.misses = 0
         #: each HostKernel call reads it: None, or in a fork of the device's user its check
         self.fork: list[Callable[[], None] | None] = [None]
         _launchers.add(self)
@@ -197,6 +201,7 @@ class Launcher:
             made[part] = codegen.generate(
                 self.template, parts, {**core, **more}, f"{self.name}: {what}", **params
             )
+        _check_where(self, made["launch"])
         self.launch = made["launch"]
         self.where_of = made["where"]
         self.host_call = made["host"]
@@ -241,6 +246,8 @@ class Launcher:
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
         self.check_fork()
+        with self._lock():
+            self.misses += 1
         w = _world.task_cell()[0]  # before the lookup: see _store
         error = _call_error(self, F, len(args), opts, kw)
         if error is not None:  # raised here: the fewest library frames above the user's line
@@ -279,10 +286,7 @@ class Launcher:
                 cell[1] = FunctionType(code.__code__, code.__globals__, name, (cell,))
                 setattr(F, self.attr, cell)
                 self._kernels.add(F)
-            kept = tuple(
-                e for e in cell[0] if e[0] is w and not (e[1] is where and e[2] == frozen_kw)
-            )
-            cell[0] = (entry, *kept)[:ENTRIES]  # the one store that publishes it
+            cell[0] = _with_entry(cell[0], entry)  # the one store that publishes it
 
     def _invoker(self, linked: Any, F: Any, tt: tuple[type, ...]) -> tuple[Any, list[Kind]]:
         """The invoker of (``F``'s captured types, ``tt``) for ``linked``, made once, and the
@@ -315,7 +319,13 @@ class Launcher:
             "_ndarray": np.ndarray,
             **self.namespace,
         }
-        for i, k in enumerate(kinds):
+        for i, (t, k) in enumerate(zip((instance or ()) + tt, kinds)):
+            if k.cls is not None and k.dtype is None and issubclass(t, (DeviceArray, Struct)):
+                raise TypeError(
+                    f"back-end {self.name!r}: kind({type_name(t)}) guards the class only: an "
+                    f"argument of another {'dtype' if issubclass(t, DeviceArray) else 'layout'} "
+                    "would run this signature's code; give the Kind its dtype"
+                )
             namespace[f"_C{i}"], namespace[f"_D{i}"], namespace[f"_X{i}"] = k.cls, k.dtype, k.exact
             namespace.update({f"_{key}{i}": v for key, v in k.values.items()})
         what = ", ".join(map(type_name, (instance or ()) + tt))
@@ -548,14 +558,45 @@ def _take_attribute(name: str, definitions: Definitions) -> str:
     definitions' kernels."""
     base = f"_specializer_{codegen.identifier(name)}_cell"
     with _ATTRS_LOCK():
-        attr, n = base, 1
-        while attr in _taken:
-            n += 1
-            attr = f"{base}_{n}"
+        attr = _free_attribute(base)
         _taken.add(attr)
         definitions.kernel_attrs += (attr,)
         definitions.kernel_slots(*definitions.kernel_attrs)
     return attr
+
+
+def _free_attribute(base: str) -> str:
+    """``base``, numbered (``_2``...) until no launcher has taken it."""
+    attr, n = base, 1
+    while attr in _taken:
+        n += 1
+        attr = f"{base}_{n}"
+    return attr
+
+
+def _with_entry(entries: tuple[Any, ...], entry: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``entries`` with ``entry`` in front, without those of other worlds (no launch reads
+    them again) and the one it replaces (the same where, kwargs and invoker), at most
+    :data:`ENTRIES`."""
+    w, where, kw, invoke = entry
+    kept = [
+        e for e in entries if e[0] is w and not (e[1] is where and e[2] == kw and e[3] is invoke)
+    ]
+    return (entry, *kept)[:ENTRIES]
+
+
+def _check_where(launcher: Launcher, launch: Callable[..., Any]) -> None:
+    """Refuse a template whose `where` block sets no `where`: every launch would fail."""
+    tree = ast.parse(inspect.getsource(launch))
+    if not any(
+        isinstance(n, ast.Name) and n.id == "where" and isinstance(n.ctx, ast.Store)
+        for n in ast.walk(tree)
+    ):
+        raise TypeError(
+            f"back-end {launcher.name!r}: the `where` block of template {launcher.template!r} "
+            "assigns nothing to `where`, which a launch looks its kernel's entries up by: set "
+            "it in the block, e.g. `where = <the where option, or its default when None>`"
+        )
 
 
 def _name_of(F: Any) -> str:

@@ -39,17 +39,16 @@ def cuda_host_kernel_class():
     return HostKernel
 
 
-def test_a_host_kernel_is_its_generated_call_bound_to_its_record():
+def test_a_host_kernel_is_an_instance_of_its_back_ends_class_whose_call_runs_the_invoker():
     q = cl.default_queue()
     hk = cl.clfunction(hk_fill, HK_TT)
-    # the generated call itself (one frame before the signature's entry), a bound method
-    assert type(hk) is types.MethodType and type(hk.__func__) is types.FunctionType
-    assert hk.__func__.__code__.co_name == "call"
-    assert isinstance(hk, cl.HostKernel) and isinstance(hk, launching.HostKernel)
+    assert type(hk) is cl.HostKernel and isinstance(hk, launching.HostKernel)
     assert not isinstance(hk, cuda_host_kernel_class())
-    assert not isinstance(hk.__func__, cl.HostKernel) and not isinstance(print, cl.HostKernel)
+    assert type(hk).__call__ is cl._launcher.host_call  # the generated call, a method
+    assert hk.invoke is hk.linked.invokers[cl._launcher, None, HK_TT][0]  # the lookup's invoker
     # its attributes, as documented (docs/reference-opencl.md)
-    assert hk.f is hk_fill and hk.tt == HK_TT and hk.queue is q and hk.where is q
+    assert hk.f is hk_fill and hk.tt == HK_TT and hk.queue is q
+    assert hk.where is cl._launcher.where_of(queue=q)[0]  # the queue's context key
     assert hk.kernel is hk.linked.kernel and hk.program is hk.linked.program
     assert hk.context.int_ptr == q.context.int_ptr
     assert "hk_fill(Array[np.float32], np.float32)" in repr(hk)
@@ -65,38 +64,43 @@ def test_a_host_kernel_refuses_to_be_pickled_saying_why():
             pickle.dumps(hk, protocol)
 
 
-def test_host_kernel_classes_are_not_patched_and_have_no_call():
+def test_host_kernel_classes_are_not_patched_and_a_fork_is_one_store():
     # SPEC 10: nothing patched onto a class at run time; a fork child's refusal is one store
-    # into the back-end's record of device use, which every HostKernel call reads
+    # into the launcher's cell, which every HostKernel call reads
     before = {cls: dict(vars(cls)) for cls in (launching.HostKernel, cl.HostKernel)}
     hk = cl.clfunction(hk_fill, HK_TT)
     cl.launch(hk_fill, cla.zeros(cl.default_queue(), 1, np.float32), 1.0, global_size=1)
+    hk(cla.zeros(cl.default_queue(), 1, np.float32), np.float32(1), global_size=1)
     for cls, attrs in before.items():
-        assert "__call__" not in vars(cls) and dict(vars(cls)) == attrs
-    assert cl.HostKernel.device_use is not launching.HostKernel.device_use
-    assert cl.HostKernel.device_use.fork == [None]
-    assert cl.HostKernel.device_use.pid == os.getpid()
-    assert "fork" in hk.__func__.__code__.co_freevars  # the record's cell, read per call
+        assert dict(vars(cls)) == attrs
+    assert "__call__" not in vars(launching.HostKernel)
+    assert cl._launcher.fork == [None] and "_FORK" in cl._launcher.host_call.__globals__
 
 
-def test_a_host_kernel_made_by_a_new_subclass_is_an_instance_of_it_alone():
-    class Mine(launching.HostKernel):
-        def __init__(self, f, where, tt, linked):
-            super().__init__(f, where, tt, linked)
-            self.extra = "mine"
+def test_a_back_ends_host_kernel_subclass_keeps_its_methods_and_properties():
+    class Mine(cl.HostKernel):
+        @property
+        def doubled(self):
+            return 2 * len(self.tt)
 
-    class Linked:
-        name = "k"
+        def fill(self, x, v):
+            return self(x, v, global_size=x.size)
 
-    def call(_hk, *args, **kwargs):
-        return args, kwargs
+    hk = cl._launcher.function(Mine, hk_fill, HK_TT, {"queue": None}, {})
+    assert type(hk) is Mine and hk.doubled == 4 and hk.queue is cl.default_queue()
+    x = cla.zeros(cl.default_queue(), 3, np.float32)
+    hk.fill(x, np.float32(5))
+    assert x.get().tolist() == [5, 5, 5]
+    hk.label = "mine"  # an instance takes attributes
+    assert hk.label == "mine"
 
-    hk = Mine.new(call, "f", "where", (np.float32,), Linked())
-    assert hk(1, x=2) == ((1,), {"x": 2})
-    assert isinstance(hk, Mine) and isinstance(hk, launching.HostKernel)
-    assert not isinstance(hk, cl.HostKernel)
-    assert (hk.f, hk.where, hk.tt, hk.extra) == ("f", "where", (np.float32,), "mine")
-    assert Mine.device_use is not launching.HostKernel.device_use  # each class its own
+
+def test_a_host_kernel_class_that_does_not_call_through_its_launcher_is_refused():
+    class NoCall(launching.HostKernel):
+        pass
+
+    with pytest.raises(TypeError, match=r"set `__call__ = <launcher>\.host_call`"):
+        cl._launcher.function(NoCall, hk_fill, HK_TT, {"queue": None}, {})
 
 
 # -- the OpenCL launch path: what a launch keeps, and interrupted launches -------------------
@@ -240,46 +244,47 @@ def test_build_options_in_a_list_edited_in_place_build_anew_and_hit_by_value(que
 # -- a back-end's mistakes are refused when its Launcher is made --------------------------------
 
 
-def _launcher_with(
-    tmp_path, where_block: str, defaults=("required", "none"), template="bad_entry.py.j2"
-):
+def _launcher_with(tmp_path, where_block: str, template="bad_launch.py.j2"):
     from pybackend import PyLauncher, py
 
     (tmp_path / template).write_text(
-        '{% extends "python_entry.py.j2" %}\n{% block where %}\n' + where_block + "{% endblock %}\n"
+        '{% extends "python_launch.py.j2" %}\n{% block where %}\n' + where_block + "{% endblock %}\n"
     )
     codegen.add_template_dir(tmp_path)
 
     class BadLauncher(PyLauncher):
         name = "bad"
-        front_attr = "_bad_front"
 
     BadLauncher.template = template
-    BadLauncher.defaults = defaults
     return BadLauncher(Definitions(py.typeof, "bad"), py.backend)
 
 
 def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp_path):
-    # Such a back-end would run, but every launch would take the slow path.
+    # Such a back-end's launches would all fail on a name error.
     with pytest.raises(TypeError) as e:
-        _launcher_with(
-            tmp_path, "        if context is None:\n            context = _default_context[0]\n"
-        )
+        _launcher_with(tmp_path, "    if context is None:\n        context = _default[0]\n")
     assert str(e.value) == (
-        "back-end 'bad' (test_launching._launcher_with.<locals>.BadLauncher): the `where` block "
-        "of template 'bad_entry.py.j2' assigns nothing to 'where' (Launcher.where_name), which "
-        "a front entry compares with the where it was published for; without it every launch "
-        "would take the slow path. Set it in the block, e.g. `where = <the where option, or "
-        "its default when None>`"
+        "back-end 'bad': the `where` block of template 'bad_launch.py.j2' assigns nothing to "
+        "`where`, which a launch looks its kernel's entries up by: set it in the block, e.g. "
+        "`where = <the where option, or its default when None>`"
     )
     # The same block assigning it makes a working back-end.
-    launcher = _launcher_with(tmp_path, "        where = context or _default_context[0]\n")
-    assert launcher.where_name == "where"
+    from pybackend import Array
+
+    launcher = _launcher_with(tmp_path, "    where = context or _default[0]\n", "good.py.j2")
+
+    @launcher.definitions.kernel(localns=locals())
+    def put_two(x: Array[np.float32]) -> str:
+        return "def put_two(i, x): x[i] = 2"
+
+    x = np.zeros(2, np.float32)
+    launcher.launch(put_two, x, size=2)
+    assert x.tolist() == [2, 2]
 
 
-def test_a_default_outside_the_four_is_refused_naming_the_option(tmp_path):
-    with pytest.raises(TypeError, match=r"the default 'optional' of launch option 'context'"):
-        _launcher_with(tmp_path, "        where = context\n", defaults=("required", "optional"))
+def test_an_empty_where_block_is_refused_naming_it(tmp_path):
+    with pytest.raises(TypeError, match="the `where` block of template 'empty_where.py.j2'"):
+        _launcher_with(tmp_path, "", template="empty_where.py.j2")
 
 
 # -- public semantics only ----------------------------------------------------------------------
@@ -371,33 +376,22 @@ def test_no_critical_section_of_the_package_holds_a_loop():
     assert not found, f"loops inside a with of a lock: {found}"
 
 
-# -- guards: named, declared and checked ------------------------------------------------
+# -- guards: a kind's class and dtype ------------------------------------------------------
 
 
-def _guarded_launcher(guard_of=None, kinds=None):
-    from pybackend import PyLauncher, py
-
-    class GuardLauncher(PyLauncher):
-        name = "guarded"
-        front_attr = "_guarded_front"
-
-    if kinds is not None:
-        GuardLauncher.guard_kinds = kinds
-    if guard_of is not None:
-        GuardLauncher.guard_of = guard_of
-    definitions = Definitions(py.typeof, "guarded")
-    return GuardLauncher(definitions, py.backend), definitions
-
-
-def test_a_guard_that_checks_only_the_class_of_an_array_is_refused():
+def test_a_kind_that_guards_only_the_class_of_an_array_is_refused():
     # With it, an int64 array would pass a float32 array's guard and run its code.
-    from pybackend import Array, PyLauncher
+    from pybackend import Array, PyLauncher, py
 
-    def class_only(self, t):
-        kind, cls, dtype = PyLauncher.guard_of(self, t)
-        return ("cls", cls, None) if issubclass(t, Array) else (kind, cls, dtype)
+    class ClassOnly(PyLauncher):
+        name = "guarded"
 
-    launcher, definitions = _guarded_launcher(class_only)
+        def kind(self, t, r, captured):
+            k = super().kind(t, r, captured)
+            return launching.Kind(k.name, k.cls) if issubclass(t, Array) else k
+
+    definitions = Definitions(py.typeof, "guarded")
+    launcher = ClassOnly(definitions, py.backend)
 
     @definitions.kernel(localns=locals())
     def fill_guarded(x: Array[np.float32]) -> str:
@@ -406,78 +400,8 @@ def test_a_guard_that_checks_only_the_class_of_an_array_is_refused():
     with pytest.raises(TypeError) as e:
         launcher.launch(fill_guarded, np.zeros(4, np.float32), size=4)
     assert str(e.value) == (
-        "back-end 'guarded': guard_of(Array[np.float32]) returned guard kind 'cls', which "
-        "checks the class only: an argument of another dtype would take this signature's "
-        'code; use a kind that checks the dtype ("cls_dtype")'
-    )
-
-
-def test_an_unknown_guard_kind_is_refused_naming_the_known_ones():
-    from pybackend import Array
-
-    launcher, definitions = _guarded_launcher(lambda self, t: ("by_class", type(t), None))
-
-    @definitions.kernel(localns=locals())
-    def fill_unknown(x: Array[np.float32]) -> str:
-        return "def fill_unknown(i, x): x[i] = 1"
-
-    with pytest.raises(
-        TypeError,
-        match=r"guard kind 'by_class', which is not one of its "
-        r"guard_kinds \(cls, cls_dtype\)",
-    ):
-        launcher.launch(fill_unknown, np.zeros(4, np.float32), size=4)
-
-
-def test_a_declared_guard_kind_the_template_does_not_render_is_refused_when_made():
-    from pybackend import PyLauncher
-
-    with pytest.raises(TypeError) as e:
-        _guarded_launcher(kinds={**PyLauncher.guard_kinds, "strided": True})
-    assert "guard kind 'strided' (Launcher.guard_kinds) renders no check in template" in str(
-        e.value
-    )
-
-
-def test_every_guard_kind_of_the_bundled_back_ends_is_documented():
-    from specializer.backends import cuda
-
-    text = (Path(__file__).parent.parent / "docs" / "backend.md").read_text()
-    for launcher in (cl._launcher, cuda._launch._launcher):
-        for kind in launcher.guard_kinds:
-            assert f"`{kind}`" in text, kind
-
-
-# -- no silent slow path, and errors that name the template and the block ----------------
-
-
-def test_a_where_block_that_never_fills_the_default_is_refused_on_the_first_launch(tmp_path):
-    # `where = context` assigns the variable (so the launcher is made), but a launch on the
-    # default context gives None where resolve gives the context: no entry would ever hit.
-    from pybackend import py
-
-    launcher = _launcher_with(tmp_path, "        where = context\n", template="unfilled.py.j2")
-    defs = launcher.definitions
-    F32 = py.Array[np.float32]
-
-    @defs.kernel(localns=locals())
-    def never_filled(x: F32) -> str:
-        return "def never_filled(i, x): x[i] = 1"
-
-    with pytest.raises(TypeError) as e:
-        launcher.launch(never_filled, np.zeros(4, np.float32), size=4)
-    assert str(e.value).startswith(
-        "back-end 'bad': the `where` block of template 'unfilled.py.j2' sets where to None "
-        f"for a launch whose where is {py.launcher.default[0]!r} (Launcher.resolve)"
-    )
-
-
-def test_an_empty_where_block_is_refused_naming_the_template_and_the_block(tmp_path):
-    with pytest.raises(SyntaxError) as e:
-        _launcher_with(tmp_path, "", template="empty_where.py.j2")
-    assert str(e.value).startswith(
-        "template empty_where.py.j2, block `where` (empty: it must render at least one "
-        "statement) renders code that does not compile"
+        "back-end 'guarded': kind(Array[np.float32]) guards the class only: an argument of "
+        "another dtype would run this signature's code; give the Kind its dtype"
     )
 
 
@@ -498,7 +422,7 @@ def test_launches_that_hit_leave_the_public_miss_count_alone():
 
 
 def test_two_launchers_over_the_same_definitions_run_their_own_entries():
-    # one back-end class twice over one Definitions: each launcher keeps its front entries
+    # one back-end class twice over one Definitions: each launcher keeps its launch cells
     # under attributes of its own, so each launch runs (and counts) its own launcher's code
     from pybackend import DEFAULT_CONTEXT, PyLauncher, items_typeof, py
 
@@ -506,10 +430,10 @@ def test_two_launchers_over_the_same_definitions_run_their_own_entries():
     defs = Definitions(items_typeof, "twice")
     first, second = PyLauncher(defs, py.backend), PyLauncher(defs, py.backend)
     second.default[0] = "the second's context"
-    # (py's own launcher took the class's name: these are numbered after it)
-    base = PyLauncher.front_attr
-    assert first.front_attr.startswith(base + "_") and second.front_attr.startswith(base + "_")
-    assert len({first.front_attr, second.front_attr, py.launcher.front_attr}) == 3
+    # (py's own launcher took the name's attribute: these are numbered after it)
+    base = py.launcher.attr
+    assert first.attr.startswith(base + "_") and second.attr.startswith(base + "_")
+    assert len({first.attr, second.attr, py.launcher.attr}) == 3
 
     @defs.kernel(localns=locals())
     def where_am_i(x: F32) -> str:
@@ -525,13 +449,13 @@ def test_two_launchers_over_the_same_definitions_run_their_own_entries():
     third.launch(where_am_i, x, size=2)
     first.launch(where_am_i, x, size=1)
     assert x.tolist() == [len(DEFAULT_CONTEXT), 3]
-    assert third.front_attr not in (first.front_attr, second.front_attr)
+    assert third.attr not in (first.attr, second.attr)
     assert first.misses == 1 and third.misses == 1
 
 
 def test_two_launchers_on_one_context_each_bind_their_own_code_to_a_linked_kernel():
     # both launchers look the kernel up in one context: one linked kernel (the compiled-code
-    # cache's), to which each binds its own launch paths (its miss, its default context)
+    # cache's), which keeps an invoker per launcher (each its own template and kinds)
     from pybackend import DEFAULT_CONTEXT, PyLauncher, items_typeof, py
 
     defs = Definitions(items_typeof, "one context")
@@ -554,34 +478,16 @@ def test_two_launchers_on_one_context_each_bind_their_own_code_to_a_linked_kerne
     assert x.tolist() == [len(DEFAULT_CONTEXT)] and (first.misses, second.misses) == (2, 2)
 
 
-def test_the_cuda_launchers_keep_where_tables_of_their_own():
-    # CUDA's where is a context key without a __dict__: its where_table is the key's,
-    # one per launcher, so a second launcher's entries never land in the first's table
-    pytest.importorskip("cuda.bindings")
-    from specializer.backends.cuda import _driver, _launch
-
-    class Ctx:  # stands for a context: the key holds it weakly
-        pass
-
-    ctx = Ctx()
-    where = (_driver.ContextKey(ctx), ())
-    first = _launch._launcher
-    second = type(first)(_launch._definitions)
-    assert second.front_attr.startswith(first.front_attr + "_")
-    assert first.where_table(where, False) is None
-    t1, t2 = first.where_table(where), second.where_table(where)
-    assert isinstance(t1, dict) and isinstance(t2, dict) and t1 is not t2
-    assert first.where_table(where) is t1 and second.where_table(where, False) is t2
-
-
 def test_launches_that_alternate_argument_types_hit_after_each_types_first():
-    # a kernel's entry for one world, where and kwargs is chained to the ones it replaced
-    # (up to launching.CHAIN): up to CHAIN argument types in turn never miss again
+    # each type is an entry of the kernel's cell (up to launching.ENTRIES): those launched
+    # in turn never miss again
     from pybackend import py
 
-    from specializer.launching import CHAIN
+    from specializer.launching import ENTRIES
 
-    types = [np.float32, np.float64, np.int32, np.int64, np.int16][: CHAIN + 1]
+    types = [np.float32, np.float64, np.int32, np.int64, np.int16, np.uint8, np.uint16, np.uint32]
+    types += [np.uint64, np.int8][: ENTRIES + 1 - len(types)]
+    assert len(types) == ENTRIES + 1
 
     @py.kernel(localns=locals())
     def turn(x: py.Array[np.generic]) -> str:
@@ -590,20 +496,20 @@ def test_launches_that_alternate_argument_types_hit_after_each_types_first():
     arrays = [np.zeros(2, t) for t in types]
     before = py.launcher.misses
     for _ in range(5):
-        for a in arrays[:CHAIN]:
+        for a in arrays[:ENTRIES]:
             py.launch(turn, a, size=2)
-    assert py.launcher.misses == before + CHAIN
-    assert all(a.tolist() == [5, 5] for a in arrays[:CHAIN])
-    # one type more than the chain holds: each launch misses (and still runs the right code)
+    assert py.launcher.misses == before + ENTRIES
+    assert all(a.tolist() == [5, 5] for a in arrays[:ENTRIES])
+    # one type more than the cell holds: each launch misses (and still runs the right code)
     before = py.launcher.misses
     for _ in range(2):
         for a in arrays:
             py.launch(turn, a, size=2)
     assert py.launcher.misses - before >= len(arrays)
-    assert all(a.tolist() == [7, 7] for a in arrays[:CHAIN]) and arrays[-1].tolist() == [2, 2]
+    assert all(a.tolist() == [7, 7] for a in arrays[:ENTRIES]) and arrays[-1].tolist() == [2, 2]
 
 
-def test_a_chain_of_entries_never_runs_code_of_an_older_world_or_another_where():
+def test_an_entry_never_runs_code_of_an_older_world_or_another_where():
     from pybackend import DEFAULT_CONTEXT, py
 
     F32, F64 = py.Array[np.float32], py.Array[np.float64]
@@ -627,8 +533,8 @@ def test_a_chain_of_entries_never_runs_code_of_an_older_world_or_another_where()
     def stamp(x: F64) -> str:  # redefined: a new world
         return "def stamp(i, x): x[i] = 200 + len(context)"
 
-    py.launch(stamp, x, size=1)  # the newest entry (float64, old world) misses
-    py.launch(stamp, y, size=1)  # not through a chain to the old world's float64 entry
+    py.launch(stamp, x, size=1)  # the entries of the old world miss
+    py.launch(stamp, y, size=1)  # not the old world's float64 entry
     assert (x[0], y[0]) == (n, 200 + n)
     py.launch(stamp, y, size=1, context="other")  # another where: its own code
     assert y[0] == 200 + len("other")
