@@ -404,13 +404,13 @@ class Launcher:
     ) -> Any:
         """The lookup of ``f`` for types ``tt`` in the where the launch ``options`` select,
         as a new ``host_kernel`` around the cached lookup's result (``clfunction``)."""
+        F = self.definitions.kernel_type(f)
+        self.definitions.own(F)
         if getattr(host_kernel, "__call__", None) is not self.host_call:
             raise TypeError(
                 f"back-end {self.name!r}: {host_kernel.__qualname__} does not call through "
                 "its launcher: set `__call__ = <launcher>.host_call` in its class body"
             )
-        F = self.definitions.kernel_type(f)
-        self.definitions.own(F)
         self.check_fork()
         tt = self.tt_of(tt)
         error = _count_error(F, len(tt), f"{self.lookup_name}'s tt")

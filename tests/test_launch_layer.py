@@ -1,9 +1,9 @@
-"""The launch layer's promises for a process's whole life (issue 31): a kernel is refused by
-every back-end but its own, whatever attribute names their launchers use (SPEC 7); a launch
-reads a default where once, whatever another thread sets meanwhile; a fork inside a compile
-hook of a launch still running gets the fork error, never a hang (SPEC 9); and nothing the
-launch layer keeps (where tables, argument-set records) holds a user's kernel, queue,
-sampler, local memory or scalar alive (SPEC 9 and 10)."""
+"""The launch layer's promises for a process's whole life: a kernel is refused by every
+back-end but its own (SPEC 7); a launch reads a default where once, whatever another thread
+sets meanwhile; a fork inside a compile hook of a launch still running gets the fork error,
+never a hang (SPEC 9); and nothing the launch layer keeps (launch cells, invokers,
+argument-set records) holds a user's kernel, queue, context, sampler, local memory or scalar
+alive (SPEC 9 and 10)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def queue():
 # -- a kernel belongs to one back-end's definitions (SPEC 7) --------------------------------------
 
 
-def test_two_back_ends_whose_launchers_use_one_front_attribute_refuse_each_others_kernels():
+def test_two_back_ends_of_one_launcher_class_refuse_each_others_kernels():
     # Two pure-Python back-ends, each with definitions of its own and a launcher of the same
-    # class (so the same front_attr, and the same typeof): neither runs the other's kernel.
+    # class (the same name, and the same typeof): neither runs the other's kernel.
     from pybackend import PyLauncher, items_typeof, py
 
     other_defs = Definitions(items_typeof, "the other back-end")
@@ -53,7 +53,7 @@ def test_two_back_ends_whose_launchers_use_one_front_attribute_refuse_each_other
         return "def theirs_only(i, x): x[i] = 2"
 
     x = np.zeros(2, np.float32)
-    for _ in range(2):  # the second time, each kernel has its own back-end's front entry
+    for _ in range(2):  # the second time, each kernel has its own back-end's entry
         py.launch(mine_only, x, size=2)
         other.launch(theirs_only, x, size=2)
     assert x.tolist() == [2, 2]
@@ -61,19 +61,20 @@ def test_two_back_ends_whose_launchers_use_one_front_attribute_refuse_each_other
         with pytest.raises(TypeError, match=rf"kernel {k.name} was defined with another back-end"):
             launcher.launch(k, x, size=2)
         with pytest.raises(TypeError, match=rf"kernel {k.name} was defined with another back-end"):
-            launcher.function(k, (F,), None, {})
+            launcher.function(py.HostKernel, k, (F,), {}, {})
         with pytest.raises(TypeError, match=rf"kernel {k.name} was defined with another back-end"):
             launcher.launch(k.capture(), x, size=2)
     assert x.tolist() == [2, 2]
 
 
-def test_a_back_end_using_the_opencl_front_attribute_refuses_opencl_kernels(queue):
+def test_a_back_end_named_as_opencl_refuses_opencl_kernels(queue):
     from pybackend import PyLauncher, items_typeof, py
 
     class Same(PyLauncher):
-        front_attr = cl._launcher.front_attr  # what OpenCL's launcher asked for
+        name = "opencl"  # the attribute its cells would take is OpenCL's: it is numbered
 
     same = Same(Definitions(items_typeof, "same names"), py.backend)
+    assert same.attr != cl._launcher.attr
 
     @cl.kernel
     def put_seven(x: F32) -> str:
@@ -232,11 +233,10 @@ def _reached(roots, targets):
     return [t for t in targets if id(t) in found]
 
 
-def test_launched_factory_kernels_are_not_held_by_where_tables_entries_or_records():
+def test_launched_factory_kernels_are_not_held_by_cells_invokers_or_records():
     # Products of a kernel factory launched on two queues (the kernel, a kernel instance,
-    # and a clfunction HostKernel's call), then dropped: no where table (each queue's), front
-    # entry kept there, argument-set record or launch path bound to a linked kernel refers
-    # to one of them.
+    # and a clfunction HostKernel's call), then dropped: no launch cell, invoker or
+    # argument-set record of a linked kernel refers to one of them.
     q1 = cl.default_queue()
     q2 = pyopencl.CommandQueue(q1.context)
     x1, x2 = cla.zeros(q1, 4, np.float32), cla.zeros(q2, 4, np.float32)
@@ -249,32 +249,27 @@ def test_launched_factory_kernels_are_not_held_by_where_tables_entries_or_record
 
         return product
 
-    refs, linked, tokens = [], [], set()
+    refs, linked = [], []
     for i in range(40):
         k = factory(i)
         inst = k.capture()
         for f in (k, inst):
             cl.launch(f, x1, np.float32(1), global_size=4)
             cl.launch(f, x2, np.float32(1), global_size=4, queue=q2)
-            cl.launch(f, x1, np.float32(1), global_size=4)  # q1's entry again (the table's)
+            cl.launch(f, x1, np.float32(1), global_size=4)  # q1's entry again (a hit)
         hk = cl.clfunction(k, (F32, np.float32))
         hk(x1, np.float32(1), global_size=4)
         linked.append(hk.linked)
         refs += [weakref.ref(k), weakref.ref(type(inst))]
-        tokens |= {k._specializer_token, type(inst)._specializer_token}
     del k, inst, f, hk
     q1.finish()
     q2.finish()
     assert x1.get().tolist() == [40 * 5] * 4 and x2.get().tolist() == [40 * 2] * 4
     gc.collect()
     alive = [r() for r in refs if r() is not None]  # (the core's caches may still hold them)
-    tables = [cl._launcher.where_table(q, False) for q in (q1, q2)]
-    assert all(t is not None for t in tables)
-    roots = [*tables, *(lk.pool for lk in linked), *(lk.bound for lk in linked)]
+    roots = [*(lk.pool for lk in linked), *(lk.invokers for lk in linked)]
     assert _reached(roots, alive) == []
-    # and a where table's entries for kernels that are gone went with them
-    kept = {key for t in tables for key in t if key in tokens}
-    assert kept <= {k._specializer_token for k in alive}
+    assert _reached([q1, q2], alive) == []  # nothing was written into the queues
 
 
 def test_launched_factory_kernels_are_freed_once_dropped():
@@ -378,45 +373,25 @@ def test_a_record_holds_no_captured_scalar_nor_a_scalar_of_a_subclass(queue):
         assert ref() is None
 
 
-def test_a_where_table_drops_what_it_kept_for_a_kernel_once_the_kernel_is_gone():
-    from specializer.launching import _keep
-
-    class Kernelish:  # stands for a kernel or kernel instance type
-        pass
-
-    table, kernels = {"key": "a back-end's own"}, [Kernelish() for _ in range(3)]
-    for k in kernels:
-        _keep(table, k, lambda: None)  # (an entry: it refers to its kernel weakly)
-    tokens = [k._specializer_token for k in kernels]
-    assert len(set(tokens)) == 3 and all(table[t] is not None for t in tokens)
-    _keep(table, kernels[0], print)  # a newer entry for the same kernel replaces the first
-    assert table[tokens[0]] is print
-    del kernels[:2]
-    gc.collect()
-    assert [t for t in tokens if t in table] == [tokens[2]] and "key" in table
+# -- SPEC 10: nothing is written into a pyopencl queue; no entry holds a queue or context --------
 
 
-# -- SPEC 10: nothing is written into a pyopencl queue; its tables go with it ---------------
-
-
-def test_launches_on_queues_write_nothing_into_them_and_keep_hitting():
-    from specializer.backends.opencl import _queues
-
+def test_launches_on_queues_write_nothing_into_them_keep_hitting_and_hold_none():
     q1 = cl.default_queue()
-    q2 = pyopencl.CommandQueue(q1.context)
+    q2 = pyopencl.CommandQueue(pyopencl.Context([q1.device]))  # another context
     x1, x2 = cla.zeros(q1, 4, np.float32), cla.zeros(q2, 4, np.float32)
 
     @cl.kernel
     def on_two_queues(x: F32) -> str:
         return "__kernel void on_two_queues(__global float *x) { x[get_global_id(0)] += 1; }"
 
-    hk = cl.clfunction(on_two_queues, (F32,))
-    hk(x2, global_size=4, queue=q2)
-    for _ in range(2):  # the misses: one per queue
+    hk = cl.clfunction(on_two_queues, (F32,), queue=q2)
+    hk(x2, global_size=4)
+    for _ in range(2):  # the misses: one per context
         cl.launch(on_two_queues, x1, global_size=4)
         cl.launch(on_two_queues, x2, global_size=4, queue=q2)
     misses = cl._launcher.misses
-    for _ in range(5):  # each queue's entry made again from its table: no miss
+    for _ in range(5):  # each context's entry: no miss
         cl.launch(on_two_queues, x1, global_size=4)
         cl.launch(on_two_queues, x2, global_size=4, queue=q2)
     assert cl._launcher.misses == misses
@@ -427,31 +402,38 @@ def test_launches_on_queues_write_nothing_into_them_and_keep_hitting():
         assert all(name.startswith(("_info_cache_", "_memoize_")) for name in q.__dict__), (
             q.__dict__
         )
-    # each queue's tables are the library's, and keep no queue: a dropped queue's go
-    assert cl._launcher.where_table(q2, False) is not None
-    cl.launch(on_two_queues, x1, global_size=4)  # the newest entry is q1's again (no miss)
-    n = len(_queues._queue_tables)
+    # the kernel's cell keys the second context by its key, which holds it weakly: once the
+    # user drops its queue (and what uses the context), the context is freed, its entries go
+    cell = getattr(on_two_queues, cl._launcher.attr)
+    assert len(cell[0]) == 2
     context_object = weakref.ref(q2.context)
     del q, q2, x2, hk
     gc.collect()
-    assert context_object() is None  # the queue was freed
-    assert len(_queues._queue_tables) == n - 1
-    cl.launch(on_two_queues, x1, global_size=4)  # and still hits
+    assert context_object() is None  # the queue and its context object were freed
+    assert len(cell[0]) == 1  # the gone context's entry went with it
+    cl.launch(on_two_queues, x1, global_size=4)  # and the other still hits
     assert cl._launcher.misses == misses
     q1.finish()
-    assert x1.get().tolist() == [9.0] * 4
+    assert x1.get().tolist() == [8.0] * 4
 
 
-def test_a_queue_whose_id_was_another_queues_gets_tables_of_its_own():
-    from specializer.backends.opencl import _queues
-
+def test_two_queues_of_one_context_share_its_entry_and_take_their_own_queue():
     q1 = cl.default_queue()
     q2 = pyopencl.CommandQueue(q1.context)
-    mine = cl._launcher.where_table(q2)
-    assert mine is not None and cl._launcher.where_table(q2, False) is mine
-    # what a dead queue of the same id would have left: tables tied to another context object
-    other_context = pyopencl.CommandQueue(q1.context).context
-    _queues._queue_tables[id(q2)] = _queues._QueueTables(id(q2), other_context)
-    assert cl._launcher.where_table(q2, False) is None
-    fresh = cl._launcher.where_table(q2)
-    assert fresh is not None and fresh is not mine
+    x = cla.zeros(q1, 4, np.float32)
+
+    @cl.kernel
+    def on_one_context(x: F32) -> str:
+        return "__kernel void on_one_context(__global float *x) { x[get_global_id(0)] += 1; }"
+
+    cl.launch(on_one_context, x, global_size=4)
+    misses = cl._launcher.misses
+    for _ in range(4):
+        cl.launch(on_one_context, x, global_size=4, queue=q2).wait()
+        cl.launch(on_one_context, x, global_size=4, queue=q1).wait()
+    assert cl._launcher.misses == misses
+    events = [cl.launch(on_one_context, x, global_size=4, queue=q) for q in (q1, q2)]
+    assert [e.command_queue.int_ptr for e in events] == [q1.int_ptr, q2.int_ptr]
+    q1.finish()
+    q2.finish()
+    assert x.get().tolist() == [11.0] * 4
