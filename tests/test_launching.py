@@ -248,7 +248,9 @@ def _launcher_with(tmp_path, where_block: str, template="bad_launch.py.j2"):
     from pybackend import PyLauncher, py
 
     (tmp_path / template).write_text(
-        '{% extends "python_launch.py.j2" %}\n{% block where %}\n' + where_block + "{% endblock %}\n"
+        '{% extends "python_launch.py.j2" %}\n{% block where %}\n'
+        + where_block
+        + "{% endblock %}\n"
     )
     codegen.add_template_dir(tmp_path)
 

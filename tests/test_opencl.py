@@ -550,7 +550,10 @@ def test_a_lookup_during_which_precompile_mode_came_on_is_not_remembered(queue, 
 def test_host_kernel_refuses_a_queue_of_another_context(queue):
     q2 = pyopencl.CommandQueue(pyopencl.Context([queue.device]))
     hk = cl.clfunction(add_value, (F32, np.float32), queue=queue)
-    with pytest.raises(ValueError, match=r"was looked up in <pyopencl\.Context .*, but called in <pyopencl\.Context .*: look it up there with clfunction"):
+    with pytest.raises(
+        ValueError,
+        match=r"was looked up in <pyopencl\.Context .*, but called in <pyopencl\.Context .*: look it up there with clfunction",
+    ):
         hk(zeros(q2, 4), np.float32(1), global_size=4, queue=q2)
 
 
