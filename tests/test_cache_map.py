@@ -139,7 +139,7 @@ def test_the_cache_map_finds_the_containers_it_must_find():
         "specializer.backends.cuda._types._SCALARS",
         "specializer.backends.opencl._args._GUARD_CLASS",
         "specializer.backends.opencl._program._programs",
-        "specializer.launching.Launcher.guard_kinds",
+        "specializer.launching.Launcher.options",
         "specializer.backends.cuda._nvrtc.nvrtc_version",
     ):
         assert name in found, name
@@ -388,23 +388,23 @@ def test_dispatch_memo_follows_each_definition_and_keeps_older_worlds():
     assert chosen((np.float64,)) == (np.number,)
 
 
-# -- 1. front entries (`specializer.launching.Launcher.front_attr`), on the py back-end -------
+# -- 1. launch cells (`specializer.launching.Launcher.attr`), on the py back-end ----------------
 
 
 @pytest.fixture
 def counts(monkeypatch):
-    """Front-entry misses (the launch path's lookups) and lookup-cell misses (uncached
+    """Launch-cell misses (the launch path's lookups) and lookup-cell misses (uncached
     lookups) of the py back-end's launches."""
     site = py.launcher.site
-    out = {"front": 0, "cell": 0}
+    out = {"launch": 0, "lookup": 0}
     real_lookup, real_link = site.lookup, site.link
 
     def lookup(F, tt, key):
-        out["front"] += 1
+        out["launch"] += 1
         return real_lookup(F, tt, key)
 
     def link(F, tt, key):
-        out["cell"] += 1
+        out["lookup"] += 1
         return real_link(F, tt, key)
 
     monkeypatch.setattr(site, "lookup", lookup)
@@ -429,7 +429,7 @@ def _launch(f=cm_fill, x=None, v=np.float32(2), **kw):
 
 
 FRONT_CASES = {
-    # change -> (the second launch, its expected x[0], front misses, cell misses)
+    # change -> (the second launch, its expected x[0], launch-cell misses, lookup-cell misses)
     "same-everything": (lambda: _launch(v=np.float32(5)), 5, 0, 0),
     "another-world": (lambda: (bump(), _launch())[1], 2, 1, 1),
     "another-where": (lambda: _launch(context="cm-other"), 2, 1, 1),
@@ -450,45 +450,45 @@ FRONT_CASES = {
 
 
 @pytest.mark.parametrize("change", FRONT_CASES)
-def test_front_entry_misses_on_each_input_alone(change, counts):
-    """Row '1. front entries': world, where, compiler kwargs, kernel and argument types
+def test_launch_cell_misses_on_each_input_alone(change, counts):
+    """Row '1. launch cells': world, where, compiler kwargs, kernel and argument types
     decide the entry; a launch with the same everything (other values) hits."""
-    second, value, front, cell = FRONT_CASES[change]
+    second, value, launch, lookup = FRONT_CASES[change]
     bump()  # a world of this case's own
     assert _launch()[0] == 2
     assert _launch(v=np.float32(3))[0] == 3
     base = dict(counts)
-    assert base == {"front": 1, "cell": 1}
+    assert base == {"launch": 1, "lookup": 1}
     x = second()
     if value is not None:
         assert x[0] == value
-    assert (counts["front"] - 1, counts["cell"] - 1) == (front, cell)
+    assert (counts["launch"] - 1, counts["lookup"] - 1) == (launch, lookup)
 
 
 def test_kernel_instances_key_on_their_type_not_their_values(counts):
-    """Row '1. front entries': a kernel instance's entry lives on its type: other values of
+    """Row '1. launch cells': a kernel instance's entry lives on its type: other values of
     the same types hit (and are passed); values of another type are another kernel."""
     bump()
     x = np.zeros(4, np.float32)
     py.launch(cm_add.capture(np.float32(1)), x, size=4)
     py.launch(cm_add.capture(np.float32(10)), x, size=4)
     assert x[0] == 11
-    assert (counts["front"], counts["cell"]) == (1, 1)
+    assert (counts["launch"], counts["lookup"]) == (1, 1)
     py.launch(cm_add.capture(2.0), x, size=4)  # a Weak[float]: another instance type
     assert x[0] == 13
-    assert (counts["front"], counts["cell"]) == (2, 2)
+    assert (counts["launch"], counts["lookup"]) == (2, 2)
 
 
-def test_a_pinned_launch_publishes_no_front_entry(counts):
-    """Row '1. front entries': never published while the task is pinned."""
+def test_a_pinned_launch_keeps_no_entry(counts):
+    """Row '1. launch cells': nothing is kept while the task is pinned."""
     bump()
     _launch()
     w = latest()
     bump()
     for _ in range(2):
         specializer.invoke_in_world(w, _launch)
-    assert counts["front"] == 3  # each pinned launch looks up: no entry was published
-    assert counts["cell"] == 1  # and finds the older world's entry in the cell
+    assert counts["launch"] == 3  # each pinned launch looks up: no entry was kept
+    assert counts["lookup"] == 1  # and finds the older world's entry in the cell
 
 
 def test_py_lookup_with_the_test_backend_keys_on_context():
@@ -502,9 +502,9 @@ def test_py_lookup_with_the_test_backend_keys_on_context():
     assert b is not a and BACKEND.links - n == 2
 
 
-def test_generated_launch_paths_are_keyed_on_what_their_globals_hold():
-    """Row 'generated launch paths': two launchers of one class, each with a default context
-    of its own; each launch with no context runs in its launcher's default."""
+def test_launchers_of_one_class_each_keep_their_own_defaults():
+    """Row 'invoker factories': two launchers of one class, each with a default context of
+    its own; each launch with no context runs in its launcher's default."""
     from pybackend import _Items
 
     a, b = _Items(), _Items()
@@ -522,12 +522,12 @@ def test_generated_launch_paths_are_keyed_on_what_their_globals_hold():
     x = np.zeros(1, np.float32)
     a.launch(cm_where_a, x, size=1)
     assert chr(int(x[0])) == "A"
-    for _ in range(2):  # the first is the miss, the second the front entry
+    for _ in range(2):  # the first is the miss, the second the cell's entry
         b.launch(cm_where_b, x, size=1)
         assert chr(int(x[0])) == "B"
 
 
-# -- OpenCL: where tables, programs, argument-set records ------------------------------------
+# -- OpenCL: launch cells by context, programs, argument-set records -------------------------
 
 pyopencl = pytest.importorskip("pyopencl")
 import pyopencl.array as cla  # noqa: E402
@@ -537,17 +537,17 @@ from specializer.backends import opencl as cl  # noqa: E402
 
 @pytest.fixture
 def cl_counts(monkeypatch):
-    """OpenCL front-entry misses, lookup-cell misses and program builds."""
+    """OpenCL launch-cell misses, lookup-cell misses and program builds."""
     site = cl._site
-    out = {"front": 0, "cell": 0, "builds": 0}
+    out = {"launch": 0, "lookup": 0, "builds": 0}
     real_lookup, real_link, real_build = site.lookup, site.link, pyopencl.Program.build
 
     def lookup(F, tt, key):
-        out["front"] += 1
+        out["launch"] += 1
         return real_lookup(F, tt, key)
 
     def link(F, tt, key):
-        out["cell"] += 1
+        out["lookup"] += 1
         return real_link(F, tt, key)
 
     def build(self, *args, **kwargs):
@@ -586,20 +586,23 @@ def _cl_fill(queue, v=1, f=cm_cl_fill, **kw):
     return x.get()[0]
 
 
-def test_opencl_where_tables_keep_each_queues_entry(cl_counts):
-    """Row '1. where tables': a queue of the same context is another where (a front miss,
-    a cell hit); going back to the first queue finds its entry in that queue's table."""
+def test_opencl_cells_key_on_the_context_and_take_the_queue_from_the_launch(cl_counts):
+    """Row '1. launch cells': a queue of the same context is the same where (its entry hits
+    and runs on that queue); a queue of another context is another where (a launch-cell
+    miss, a lookup-cell miss, a build)."""
     q1 = _new_context_queue()
     q2 = pyopencl.CommandQueue(q1.context, q1.device)
     assert _cl_fill(q1, 1) == 1 and _cl_fill(q1, 2) == 2
-    assert (cl_counts["front"], cl_counts["cell"], cl_counts["builds"]) == (1, 1, 1)
+    assert (cl_counts["launch"], cl_counts["lookup"], cl_counts["builds"]) == (1, 1, 1)
     assert _cl_fill(q2, 3) == 3
-    assert (cl_counts["front"], cl_counts["cell"], cl_counts["builds"]) == (2, 1, 1)
-    assert _cl_fill(q1, 4) == 4
-    assert (cl_counts["front"], cl_counts["cell"]) == (2, 1)  # q1's table: a hit
+    assert (cl_counts["launch"], cl_counts["lookup"], cl_counts["builds"]) == (1, 1, 1)
+    assert _cl_fill(_new_context_queue(), 4) == 4
+    assert (cl_counts["launch"], cl_counts["lookup"], cl_counts["builds"]) == (2, 2, 2)
+    assert _cl_fill(q1, 5) == 5  # q1's context's entry: a hit
+    assert (cl_counts["launch"], cl_counts["lookup"]) == (2, 2)
     bump()
-    assert _cl_fill(q1, 5) == 5
-    assert (cl_counts["front"], cl_counts["cell"], cl_counts["builds"]) == (3, 2, 1)
+    assert _cl_fill(q1, 6) == 6
+    assert (cl_counts["launch"], cl_counts["lookup"], cl_counts["builds"]) == (3, 3, 2)
 
 
 PROGRAM_CASES = {
@@ -669,7 +672,7 @@ def test_opencl_argument_set_records_set_each_new_value(cl_counts):
     for x, v in ((a, 1), (a, 1), (b, 1), (a, 2), (b, 3)):
         cl.launch(cm_cl_fill, x, np.int32(v), global_size=4, queue=queue)
     assert a.get().tolist() == [2] * 4 and b.get().tolist() == [3] * 4
-    assert cl_counts["front"] == 1  # values decide the records, never the entry
+    assert cl_counts["launch"] == 1  # values decide the records, never the entry
 
 
 # -- CUDA: NVRTC programs and the disk cache (no GPU needed) ----------------------------------

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import atexit
 import weakref
 from typing import Any
 
@@ -90,6 +91,9 @@ def finish_default_queue() -> None:
             queue.finish()
         except cl.Error:
             pass
+
+
+atexit.register(finish_default_queue)
 
 
 class ContextKey:
