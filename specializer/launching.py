@@ -406,12 +406,12 @@ class Launcher:
         as a new ``host_kernel`` around the cached lookup's result (``clfunction``)."""
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
+        self.check_fork()
         if getattr(host_kernel, "__call__", None) is not self.host_call:
             raise TypeError(
                 f"back-end {self.name!r}: {host_kernel.__qualname__} does not call through "
                 "its launcher: set `__call__ = <launcher>.host_call` in its class body"
             )
-        self.check_fork()
         tt = self.tt_of(tt)
         error = _count_error(F, len(tt), f"{self.lookup_name}'s tt")
         if error is not None:

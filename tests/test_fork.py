@@ -160,7 +160,9 @@ cl.launch(fill_fork, x, np.float32(1), global_size=4)
 """
     )
     assert_fork_error(forked(setup, "second.launch(fill_fork, x, np.float32(2), global_size=4)"))
-    assert_fork_error(forked(setup, "second.function(fill_fork, TT, None, {})"))
+    assert_fork_error(
+        forked(setup, 'second.function(cl.HostKernel, fill_fork, TT, {"queue": None}, {})')
+    )
 
 
 @pytest.mark.slow
@@ -214,7 +216,7 @@ def test_a_child_of_a_process_that_used_no_device_launches_with_cached_lookups()
 # -- locks held by a thread at the fork ------------------------------------------------------
 
 HELD = {
-    "launching._factories_lock": "cl._launcher._factories_lock",
+    "launching._lock": "cl._launcher._lock",
     "opencl._programs_lock": "cl._program._programs_lock",
     "opencl._keys_lock": "cl._queues._keys_lock",
     "opencl._default_lock": "cl._queues._default_lock",
