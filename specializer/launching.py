@@ -32,11 +32,11 @@ from . import codegen
 from . import compiler as _compiler
 from . import world as _world
 from .kernels import Definitions, Kernel, KernelInstance, LookupSite
+from .locks import new_lock
 from .lookup import forget_key
 from .methods import MethodError
 from .signatures import signature
 from .suggest import unknown_keywords
-from .locks import new_lock
 from .types import WEAK, DeviceArray, Struct, WeakScalar, type_name, weak_converter
 
 __all__ = [
@@ -183,8 +183,8 @@ class Launcher:
         self.attr = _take_attribute(self.name, definitions)
         #: the kernels with a launch cell of this launcher (forget() clears their entries)
         self._kernels: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: the invoker factory of each signature: (captured, types, concrete types) -> code
-        self._factories: dict[tuple[Any, ...], Callable[[Any], Any]] = {}
+        #: each signature's invoker factory and kinds: (captured, types, concrete types) ->
+        self._factories: dict[tuple[Any, ...], tuple[Callable[[Any], Any], list[Kind]]] = {}
         self.site = LookupSite(definitions, object, self.uncached_lookup)
         core = {"_OPTIONS": tuple(self.options.values()), "_TASK": _world.task_cell}
         core |= {"_MISS": MISS, "_miss": self.miss, **self.namespace}
@@ -311,7 +311,7 @@ class Launcher:
         ident = (instance, tt, resolved)
         made = self._factories.get(ident)
         if made is not None:
-            return made  # type: ignore[return-value]
+            return made
         parts, params, kinds = self.invoker_params(instance, tt, resolved)
         namespace: dict[str, Any] = {
             "_OPTIONS": tuple(self.options.values()),
@@ -336,7 +336,7 @@ class Launcher:
                     self.template, parts, namespace, f"{self.name} invoker of ({what})", **params
                 )
                 made = self._factories[ident] = (factory, kinds)
-        return made  # type: ignore[return-value]
+        return made
 
     def _check(self, kinds: list[Kind], where: Any, f: Any, args: tuple[Any, ...]) -> None:
         """What the kinds check of the values (captured ones too) against the where: a
@@ -407,7 +407,7 @@ class Launcher:
         F = self.definitions.kernel_type(f)
         self.definitions.own(F)
         self.check_fork()
-        if getattr(host_kernel, "__call__", None) is not self.host_call:
+        if host_kernel.__call__ is not self.host_call:
             raise TypeError(
                 f"back-end {self.name!r}: {host_kernel.__qualname__} does not call through "
                 "its launcher: set `__call__ = <launcher>.host_call` in its class body"

@@ -2,7 +2,6 @@
 parameter buffers and launchers, and the error when no GPU or driver is present."""
 
 import ctypes
-import functools
 import json
 import os
 import re

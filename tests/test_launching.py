@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import collections
 import gc
-import os
 import pickle
 import random
 import re
 import signal
 import time
-import types
 import weakref
 from pathlib import Path
 
@@ -285,7 +283,7 @@ def test_a_where_block_that_assigns_nothing_to_the_where_variable_is_refused(tmp
 
 
 def test_an_empty_where_block_is_refused_naming_it(tmp_path):
-    with pytest.raises(TypeError, match="the `where` block of template 'empty_where.py.j2'"):
+    with pytest.raises(TypeError, match=r"the `where` block of template 'empty_where\.py\.j2'"):
         _launcher_with(tmp_path, "", template="empty_where.py.j2")
 
 

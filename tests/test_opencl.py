@@ -552,7 +552,8 @@ def test_host_kernel_refuses_a_queue_of_another_context(queue):
     hk = cl.clfunction(add_value, (F32, np.float32), queue=queue)
     with pytest.raises(
         ValueError,
-        match=r"was looked up in <pyopencl\.Context .*, but called in <pyopencl\.Context .*: look it up there with clfunction",
+        match=r"was looked up in <pyopencl\.Context .*, but called in <pyopencl\.Context .*: "
+        r"look it up there with clfunction",
     ):
         hk(zeros(q2, 4), np.float32(1), global_size=4, queue=q2)
 

@@ -650,7 +650,8 @@ def test_host_kernel_refuses_another_context():
     hk(x, np.float32(1), size=4, context=a)
     with pytest.raises(
         ValueError,
-        match=r"was looked up in Ctx\('a'\), but called in Ctx\('b'\): look it up there with py\.function",
+        match=r"was looked up in Ctx\('a'\), but called in Ctx\('b'\): look it up there "
+        r"with py\.function",
     ):
         hk(x, np.float32(1), size=4, context=b)
     assert x.tolist() == [1, 1, 1, 1]

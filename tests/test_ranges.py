@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 from test_docs import DOCS, _blocks
 
-from specializer import launching
 from specializer.types import (
     describe_parameter,
     type_name,

@@ -18,7 +18,7 @@ from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
 from ._decorators import _definitions
-from ._driver import Context, ContextKey, Stream, current_context, current_key, local
+from ._driver import Context, Stream, current_context, current_key, local
 from ._module import LinkedKernel, launch_cooperative
 
 #: launch options, in order, as launch and a HostKernel call take them
@@ -137,6 +137,7 @@ class HostKernel(launching.HostKernel):
 
     def __repr__(self) -> str:
         return f"<HostKernel {launching.signature(self.name, self.tt)} in {self.context!r}>"
+
 
 #: a grid or block: an int, or a sequence of up to 3 ints
 _Dims = int | Sequence[int]

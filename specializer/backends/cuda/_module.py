@@ -27,9 +27,9 @@ class LinkedKernel:
     __slots__ = (
         "__weakref__",
         "arch",
-        "invokers",
         "cooperative",
         "function",
+        "invokers",
         "module",
         "name",
         "ptx",

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 import weakref
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import numpy as np
 import pyopencl as cl
@@ -21,7 +21,6 @@ from ._args import _GUARD_CLASS, Array, LocalMemory, Sampler, _ArgType, _c_type,
 from ._decorators import _definitions
 from ._failures import _FAILURES, _bad_array, _failed, _size_error
 from ._program import LinkedKernel, OpenCLBackend, _nothing
-from ._queues import default_queue
 from ._sizes import _sizes
 
 BACKEND = OpenCLBackend()

@@ -60,10 +60,10 @@ class LinkedKernel:
 
     __slots__ = (
         "__weakref__",
-        "invokers",
         "built",
         "ck",
         "context_ptr",
+        "invokers",
         "kernel",
         "name",
         "params",
