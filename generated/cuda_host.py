@@ -8,7 +8,8 @@ def cuda_host(
     where = hk.where
     if where is not hk.where:
         raise _other_where(hk, where)
-    r = hk.invoke(hk.f, args, grid, block, stream, shared_mem, cooperative)
-    if r is _MISS:  # arguments of other types than it was looked up for
-        r = _mismatch(hk, args, (grid, block, stream, shared_mem, cooperative))
-    return r
+    try:
+        return hk.invoke(hk.f, args, grid, block, stream, shared_mem, cooperative)
+    except _Missed:  # arguments of other types than it was looked up for
+        pass
+    return _mismatch(hk, args, (grid, block, stream, shared_mem, cooperative))

@@ -8,7 +8,7 @@ def cuda_invoker_Array_np_float32_np_float32(linked):
         try:
             a0, a1 = args
         except (TypeError, ValueError):  # another number of arguments, or not an instance
-            return _MISS
+            raise _Missed from None
         if not (
             (  # a CuArray; a foreign array by its interface; one a reader in _R knows
                 a0.__class__ is _C0 and (a0 := a0.ptr) is not None
@@ -23,7 +23,7 @@ def cuda_invoker_Array_np_float32_np_float32(linked):
             and a1.__class__ is _C1
         ):
             if not _checked:
-                return _MISS
+                raise _Missed
             # typed by the slow path (values of subclasses): as given
             a0, a1 = args
             a0 = _X0(a0)

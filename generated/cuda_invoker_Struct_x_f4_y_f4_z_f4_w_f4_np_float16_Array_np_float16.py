@@ -8,7 +8,7 @@ def cuda_invoker_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked):
         try:
             a0, a1, a2 = args
         except (TypeError, ValueError):  # another number of arguments, or not an instance
-            return _MISS
+            raise _Missed from None
         if not (
             (a0.__class__ is _C0 or a0.__class__ is _ndarray and a0.size == 1)
             and a0.dtype == _D0
@@ -25,7 +25,7 @@ def cuda_invoker_Struct_x_f4_y_f4_z_f4_w_f4_np_float16_Array_np_float16(linked):
             )
         ):
             if not _checked:
-                return _MISS
+                raise _Missed
             # typed by the slow path (values of subclasses): as given
             a0, a1, a2 = args
             a2 = _X2(a2)

@@ -5,15 +5,16 @@ def cuda_launch(
 ):
     where = _local.key
     try:
-        w, wh, ekw, invoke = f._specializer_cuda_cell[0][0]  # the kernel's newest entry
+        w, wh, ekw, invoke = f._specializer_cuda_cell[0]  # the kernel's newest entry
     except AttributeError:  # never launched, or not a kernel: the slow path
         return _miss(f, args, where, kw, (grid, block, stream, shared_mem, cooperative))
     # A hit: the task's world (None where the slow path decides), the where and the compiler
     # kwargs its entry was made for; the invoker checks the arguments' types itself.
     if w is _TASK()[0] and wh is where and (not kw if ekw is None else ekw == kw):
-        r = invoke(f, args, grid, block, stream, shared_mem, cooperative)
-        if r is not _MISS:
-            return r
-    return f._specializer_cuda_cell[1](
+        try:
+            return invoke(f, args, grid, block, stream, shared_mem, cooperative)
+        except _Missed:  # an argument of another type: another entry's
+            pass
+    return f._specializer_cuda_cell[2](
         f, args, where, kw, (grid, block, stream, shared_mem, cooperative)
     )

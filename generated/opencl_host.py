@@ -11,7 +11,8 @@ def opencl_host(
         where = _where(queue)
     if where is not hk.where:
         raise _other_where(hk, where)
-    r = hk.invoke(hk.f, args, global_size, local_size, global_offset, wait_for, queue)
-    if r is _MISS:  # arguments of other types than it was looked up for
-        r = _mismatch(hk, args, (global_size, local_size, global_offset, wait_for, queue))
-    return r
+    try:
+        return hk.invoke(hk.f, args, global_size, local_size, global_offset, wait_for, queue)
+    except _Missed:  # arguments of other types than it was looked up for
+        pass
+    return _mismatch(hk, args, (global_size, local_size, global_offset, wait_for, queue))

@@ -12,13 +12,13 @@ def opencl_invoker_Array_np_float32_np_float32(linked):
         try:
             a0, a1 = args
         except (TypeError, ValueError):  # another number of arguments, or not an instance
-            return _MISS
+            raise _Missed from None
         if not (
             a0.__class__ is _C0 and (a0.dtype is _D0 or a0.dtype == _D0)
             and a1.__class__ is _C1
         ):
             if not _checked:
-                return _MISS
+                raise _Missed
             # typed by the slow path (values of subclasses): as given
             a0, a1 = args
         try:
@@ -46,8 +46,6 @@ def opencl_invoker_Array_np_float32_np_float32(linked):
                 if error is None:
                     raise
                 raise error from None
-        if wait_for is not None and wait_for.__class__ is not list:
-            wait_for = _wait_list(linked, wait_for)
         try:
             if last0() is not a0:  # not the array set last (a weak reference)
                 if a0.offset or not a0.flags.forc or a0.context.int_ptr != _ctx:
@@ -63,7 +61,7 @@ def opencl_invoker_Array_np_float32_np_float32(linked):
             return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             values = (a0, a1)
-            error = _failed(linked, values, e, global_size, local_size)
+            error = _failed(linked, values, e, global_size, local_size, wait_for)
             if error is None:
                 raise
             raise error from None

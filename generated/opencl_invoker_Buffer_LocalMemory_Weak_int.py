@@ -12,14 +12,14 @@ def opencl_invoker_Buffer_LocalMemory_Weak_int(linked):
         try:
             a0, a1, a2 = args
         except (TypeError, ValueError):  # another number of arguments, or not an instance
-            return _MISS
+            raise _Missed from None
         if not (
             a0.__class__ is _C0
             and a1.__class__ is _C1
             and a2.__class__ is _C2
         ):
             if not _checked:
-                return _MISS
+                raise _Missed
             # typed by the slow path (values of subclasses): as given
             a0, a1, a2 = args
         try:
@@ -47,8 +47,6 @@ def opencl_invoker_Buffer_LocalMemory_Weak_int(linked):
                 if error is None:
                     raise
                 raise error from None
-        if wait_for is not None and wait_for.__class__ is not list:
-            wait_for = _wait_list(linked, wait_for)
         try:
             set_arg(0, a0)
             s1 = a1.size
@@ -64,7 +62,7 @@ def opencl_invoker_Buffer_LocalMemory_Weak_int(linked):
             return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             values = (a0, a1, a2)
-            error = _failed(linked, values, e, global_size, local_size)
+            error = _failed(linked, values, e, global_size, local_size, wait_for)
             if error is None:
                 raise
             raise error from None

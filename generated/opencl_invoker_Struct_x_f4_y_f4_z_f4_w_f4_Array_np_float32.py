@@ -12,14 +12,14 @@ def opencl_invoker_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked):
         try:
             a0, a1 = args
         except (TypeError, ValueError):  # another number of arguments, or not an instance
-            return _MISS
+            raise _Missed from None
         if not (
             (a0.__class__ is _C0 or a0.__class__ is _ndarray and not a0.shape)
             and a0.dtype == _D0
             and a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1)
         ):
             if not _checked:
-                return _MISS
+                raise _Missed
             # typed by the slow path (values of subclasses): as given
             a0, a1 = args
         try:
@@ -47,8 +47,6 @@ def opencl_invoker_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked):
                 if error is None:
                     raise
                 raise error from None
-        if wait_for is not None and wait_for.__class__ is not list:
-            wait_for = _wait_list(linked, wait_for)
         try:
             set_buf(0, a0)
             if last1() is not a1:  # not the array set last (a weak reference)
@@ -60,7 +58,7 @@ def opencl_invoker_Struct_x_f4_y_f4_z_f4_w_f4_Array_np_float32(linked):
             return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             values = (a0, a1)
-            error = _failed(linked, values, e, global_size, local_size)
+            error = _failed(linked, values, e, global_size, local_size, wait_for)
             if error is None:
                 raise
             raise error from None

@@ -13,13 +13,13 @@ def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linke
             (a0,) = f.values
             a1, a2 = args
         except (TypeError, ValueError):  # another number of arguments, or not an instance
-            return _MISS
+            raise _Missed from None
         if not (
             a1.__class__ is _C1 and (a1.dtype is _D1 or a1.dtype == _D1)
             and a2.__class__ is _C2 and (a2.dtype is _D2 or a2.dtype == _D2)
         ):
             if not _checked:
-                return _MISS
+                raise _Missed
             # typed by the slow path (values of subclasses): as given
             a1, a2 = args
         try:
@@ -47,8 +47,6 @@ def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linke
                 if error is None:
                     raise
                 raise error from None
-        if wait_for is not None and wait_for.__class__ is not list:
-            wait_for = _wait_list(linked, wait_for)
         try:
             set_buf(0, a0)
             if last1() is not a1:  # not the array set last (a weak reference)
@@ -66,7 +64,7 @@ def opencl_invoker_np_float32_Array_np_float32_Array_np_float32_captured_1(linke
             return _enqueue(queue, kernel, global_size, local_size, global_offset, wait_for)
         except _FAILURES as e:
             values = (a0, a1, a2)
-            error = _failed(linked, values, e, global_size, local_size)
+            error = _failed(linked, values, e, global_size, local_size, wait_for)
             if error is None:
                 raise
             raise error from None

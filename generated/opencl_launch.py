@@ -8,15 +8,16 @@ def opencl_launch(
     else:
         where = _where(queue)
     try:
-        w, wh, ekw, invoke = f._specializer_opencl_cell[0][0]  # the kernel's newest entry
+        w, wh, ekw, invoke = f._specializer_opencl_cell[0]  # the kernel's newest entry
     except AttributeError:  # never launched, or not a kernel: the slow path
         return _miss(f, args, where, kw, (global_size, local_size, global_offset, wait_for, queue))
     # A hit: the task's world (None where the slow path decides), the where and the compiler
     # kwargs its entry was made for; the invoker checks the arguments' types itself.
     if w is _TASK()[0] and wh is where and (not kw if ekw is None else ekw == kw):
-        r = invoke(f, args, global_size, local_size, global_offset, wait_for, queue)
-        if r is not _MISS:
-            return r
-    return f._specializer_opencl_cell[1](
+        try:
+            return invoke(f, args, global_size, local_size, global_offset, wait_for, queue)
+        except _Missed:  # an argument of another type: another entry's
+            pass
+    return f._specializer_opencl_cell[2](
         f, args, where, kw, (global_size, local_size, global_offset, wait_for, queue)
     )

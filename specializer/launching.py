@@ -41,11 +41,11 @@ from .types import WEAK, DeviceArray, Struct, WeakScalar, type_name, weak_conver
 
 __all__ = [
     "ENTRIES",
-    "MISS",
     "REQUIRED",
     "HostKernel",
     "Kind",
     "Launcher",
+    "Missed",
     "forget",
     "signature",
     "use_device",
@@ -54,15 +54,18 @@ __all__ = [
 #: The default of a launch option the caller must give: a launch without it (or with a
 #: misspelling, ``global_sise=``) reaches the slow path, which names it.
 REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "<required>"})()
-#: What an invoker returns, having touched nothing, for arguments its guards refuse.
-MISS: Any = type("Miss", (), {"__repr__": lambda self: "<another signature's>"})()
 #: How many entries a launch cell keeps: a kernel launched on this many wheres, compiler
 #: kwarg sets or argument types in turn keeps hitting.
 ENTRIES = 8
-#: A cell's entry before any: no world is it.
+#: A cell's newest entry before any: no world is it.
 _EMPTY = (object(), None, None, None)
 #: The longest name of a generated function (its def line fits in 100 columns).
 _NAME_LIMIT = 80
+
+
+class Missed(Exception):
+    """What an invoker raises, having touched nothing, for arguments its guards refuse (the
+    launch tries the kernel's other entries, then the slow path, which types them)."""
 
 
 @dataclass(frozen=True)
@@ -187,7 +190,7 @@ class Launcher:
         self._factories: dict[tuple[Any, ...], tuple[Callable[[Any], Any], list[Kind]]] = {}
         self.site = LookupSite(definitions, object, self.uncached_lookup)
         core = {"_OPTIONS": tuple(self.options.values()), "_TASK": _world.task_cell}
-        core |= {"_MISS": MISS, "_miss": self.miss, **self.namespace}
+        core |= {"_Missed": Missed, "_miss": self.miss, **self.namespace}
         host = {"_FORK": self.fork, "_refuse": self._refuse, "_mismatch": self.mismatch}
         host["_other_where"] = self._other_where
         made = {}
@@ -259,8 +262,9 @@ class Launcher:
         self.check_fork()  # again: a compile hook of the lookup may have forked
         invoke, kinds = self._invoker(linked, F, tt)
         self._check(kinds, where, f, args)
-        r = invoke(f, args, *opts)
-        if r is MISS:  # a value of a subclass of its guard's class: typed, so launched anyway
+        try:
+            r = invoke(f, args, *opts)
+        except Missed:  # a value of a subclass of its guard's class: typed, so launched anyway
             return invoke(f, args, *opts, True)
         self._store(F, w, where, kw, invoke)
         return r
@@ -279,14 +283,14 @@ class Launcher:
         with self._lock():
             cell = getattr(F, self.attr, None)
             if cell is None:
-                cell = [(_EMPTY,), None]
+                cell = [_EMPTY, (), None]
                 name = f"{self.name}_cell_{codegen.identifier(_name_of(F))}"
                 # one function per kernel, its cell bound as a default: code made once
                 code = self._cell_function
-                cell[1] = FunctionType(code.__code__, code.__globals__, name, (cell,))
+                cell[2] = FunctionType(code.__code__, code.__globals__, name, (cell,))
                 setattr(F, self.attr, cell)
                 self._kernels.add(F)
-            cell[0] = _with_entry(cell[0], entry)  # the one store that publishes it
+            _publish(cell, _with_entry((cell[0], *cell[1]), entry))
 
     def _invoker(self, linked: Any, F: Any, tt: tuple[type, ...]) -> tuple[Any, list[Kind]]:
         """The invoker of (``F``'s captured types, ``tt``) for ``linked``, made once, and the
@@ -315,7 +319,7 @@ class Launcher:
         parts, params, kinds = self.invoker_params(instance, tt, resolved)
         namespace: dict[str, Any] = {
             "_OPTIONS": tuple(self.options.values()),
-            "_MISS": MISS,
+            "_Missed": Missed,
             "_ndarray": np.ndarray,
             **self.namespace,
         }
@@ -536,8 +540,9 @@ def forget(part: Any) -> list[Any]:
     for launcher in list(_launchers):
         for F in list(launcher._kernels):
             cell = getattr(F, launcher.attr, None)
-            if cell is not None and any(names(e[1]) for e in cell[0]):
-                cell[0] = tuple(e for e in cell[0] if not names(e[1])) or (_EMPTY,)
+            entries = () if cell is None else (cell[0], *cell[1])
+            if any(names(e[1]) for e in entries):
+                _publish(cell, tuple(e for e in entries if not names(e[1])))
     forget_key(part)
     dropped = _compiler.forget_context(part)
     for linked in dropped:
@@ -572,6 +577,13 @@ def _free_attribute(base: str) -> str:
         n += 1
         attr = f"{base}_{n}"
     return attr
+
+
+def _publish(cell: list[Any], entries: tuple[Any, ...]) -> None:
+    """Make ``entries`` (newest first) the cell's: the older ones first, then the newest, so
+    a launch between the two stores sees an entry twice at worst, never a foreign one."""
+    cell[1] = entries[1:]
+    cell[0] = entries[0] if entries else _EMPTY
 
 
 def _with_entry(entries: tuple[Any, ...], entry: tuple[Any, ...]) -> tuple[Any, ...]:

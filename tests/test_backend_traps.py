@@ -201,7 +201,8 @@ def test_the_entries_kept_for_other_kwargs_stay_bounded():
     x = np.zeros(1)
     for step in range(50):
         py.launch(count, x, size=1, defines={"N": step})
-    entries = getattr(count, py.launcher.attr)[0]
+    cell = getattr(count, py.launcher.attr)
+    entries = (cell[0], *cell[1])
     assert len(entries) == ENTRIES
     assert [e[2] for e in entries] == [{"defines": {"N": n}} for n in range(49, 49 - ENTRIES, -1)]
     assert x[0] == 50

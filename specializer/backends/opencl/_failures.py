@@ -104,9 +104,19 @@ def _failed(
     error: Exception,
     global_size: Any = None,
     local_size: Any = None,
+    wait_for: Any = None,
 ) -> Exception | None:
-    """The error saying which argument a failed launch could not set, or which work size the
-    device refused, and why, for the launch to raise; None for another failure."""
+    """The error saying which argument a failed launch could not set, which work size the
+    device refused, or that ``wait_for`` is not a list of events, and why, for the launch to
+    raise; None for another failure."""
+    if wait_for is not None and not (
+        isinstance(wait_for, (list, tuple)) and all(isinstance(e, cl.Event) for e in wait_for)
+    ):
+        one = " (for one event, pass [event])" if isinstance(wait_for, cl.Event) else ""
+        return TypeError(
+            f"wait_for= of kernel {signature(linked.name, linked.tt)} is a list of pyopencl "
+            f"events, got {wait_for!r}{one}"
+        )
     if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
         try:
             _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it

@@ -76,19 +76,6 @@ def _other_context(where: _queues.ContextKey, value: Any) -> str | None:
     )
 
 
-def _wait_list(linked: LinkedKernel, wait_for: Any) -> list[Any]:
-    """``wait_for=`` that is not a list: one event is taken as ``[event]``, a sequence of
-    events as a list; anything else is a TypeError naming the option and the kernel."""
-    if isinstance(wait_for, cl.Event):
-        return [wait_for]
-    if isinstance(wait_for, (tuple, list)) and all(isinstance(e, cl.Event) for e in wait_for):
-        return list(wait_for)
-    raise TypeError(
-        f"wait_for= of kernel {linked.name} is a list of pyopencl events (or one event), got "
-        f"{wait_for!r}"
-    )
-
-
 class _OpenCLLauncher(launching.Launcher):
     name = "opencl"
     template = "opencl_launch.py.j2"
@@ -103,7 +90,6 @@ class _OpenCLLauncher(launching.Launcher):
         "_enqueue": cl.enqueue_nd_range_kernel,
         "_sizes": _sizes,
         "_size_error": _size_error,
-        "_wait_list": _wait_list,
         "_bad_array": _bad_array,
         "_failed": _failed,
         "_FAILURES": _FAILURES,
