@@ -165,10 +165,12 @@ _programs_lock = new_lock(reentrant=False)
 _ARG_INFO = "-cl-kernel-arg-info"
 
 
-def _build_options_for(options: tuple[str, ...], context: cl.Context) -> tuple[str, ...]:
+def _build_options_for(
+    options: tuple[str, ...], ck: ContextKey, context: cl.Context
+) -> tuple[str, ...]:
     """The options a program is built with: ``-I`` directories made absolute (else resolved
     against whatever directory the compiler runs in), and ``-cl-kernel-arg-info`` where every
-    device takes it (OpenCL 1.2+), for :func:`_check_params`."""
+    device takes it (OpenCL 1.2+, asked once per context), for :func:`_check_params`."""
     out: list[str] = []
     it = iter(options)
     for o in it:
@@ -179,8 +181,10 @@ def _build_options_for(options: tuple[str, ...], context: cl.Context) -> tuple[s
             out.append("-I" + os.path.abspath(o[2:]))
         else:
             out.append(o)
-    versions = (re.match(r"OpenCL (\d+)\.(\d+)", d.version) for d in context.devices)
-    if _ARG_INFO not in out and all(v and (int(v[1]), int(v[2])) >= (1, 2) for v in versions):
+    if ck.arg_info is None:  # the devices' versions: a property of the context, asked once
+        versions = (re.match(r"OpenCL (\d+)\.(\d+)", d.version) for d in context.devices)
+        ck.arg_info = all(v and (int(v[1]), int(v[2])) >= (1, 2) for v in versions)
+    if _ARG_INFO not in out and ck.arg_info:
         out.append(_ARG_INFO)
     return tuple(out)
 
@@ -222,11 +226,13 @@ class OpenCLBackend(Backend):
                 )
         return OpenCLSource(job.name, "\n\n".join(sources), method_options(job, sources))
 
-    def _build(self, job: CompilerJob, artifact: OpenCLSource, context: cl.Context) -> _Built:
+    def _build(
+        self, job: CompilerJob, artifact: OpenCLSource, ck: ContextKey, context: cl.Context
+    ) -> _Built:
         source = artifact.source
         # cast: this back-end's configs are all made by _config, from a tuple of build options
         options = artifact.options + tuple(cast("tuple[str, ...]", job.config.options))
-        build = _build_options_for(options, context)
+        build = _build_options_for(options, ck, context)
         # The user's options: building adds the same to every program of the context, but for
         # -I directories made absolute, which the digest names.
         key = (source, options, _headers_digest(source, build))
@@ -259,7 +265,7 @@ class OpenCLBackend(Backend):
         if ctx is None:
             raise RuntimeError("the context of this lookup was dropped")
         sig = signature(job.name, job.mi.tt)
-        built = self._build(job, artifact, ctx)
+        built = self._build(job, artifact, context, ctx)
         try:
             knl = cl.Kernel(built.program, job.name)
         except cl.Error:
@@ -282,7 +288,7 @@ class OpenCLBackend(Backend):
         # The program is kept per included headers' contents: after an edit (and a new
         # world: a redefinition or bump()), the kernel is built again.
         ctx = context.context() if isinstance(context, ContextKey) else None
-        built = None if ctx is None else self._build(job, artifact, ctx)
+        built = None if ctx is None else self._build(job, artifact, context, ctx)
         if built is None or built is linked.built:
             return linked
         return self.link(job, artifact, context)  # finds `built` (held here) in _programs

@@ -102,13 +102,15 @@ class ContextKey:
     (each lives as long as its queue); when the last dies the context is forgotten (what was
     linked for it dropped) and a later queue of it gets a new key."""
 
-    __slots__ = ("__weakref__", "key", "name", "ptr", "refs")
+    __slots__ = ("__weakref__", "arg_info", "key", "name", "ptr", "refs")
 
     def __init__(self, context: cl.Context) -> None:
         self.ptr = context.int_ptr
         self.name = repr(context)
         self.key = (self, ())  # the lookup key with no build options
         self.refs: dict[int, weakref.ref[cl.Context]] = {}  # by the context objects' ids
+        #: whether every device of the context takes -cl-kernel-arg-info (asked once)
+        self.arg_info: bool | None = None
 
     def context(self) -> cl.Context | None:
         """A live object of the context (None once every queue it was seen with is gone)."""
