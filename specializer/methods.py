@@ -15,8 +15,21 @@ from .backedges import register_backedges as register_backedges
 from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
 from .method_table import _Dispatch, _min_world, _range_str, _Table, _undo
 from .method_table import _version as _version
-from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
-from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
+from .signatures import (
+    annotations_for,
+    as_world,
+    check_tt,
+    declared_hint,
+    has_weak,
+    more_specific,
+    namer,
+    signature,
+    signature_of,
+    type_label,
+    weak_defaults,
+    weak_hint,
+)
+from .types import argument_type, is_subtype, resolve_weak
 
 if TYPE_CHECKING:
     from .compiler import CodeInstance
@@ -37,40 +50,6 @@ class MethodError(TypeError):
 
 class AmbiguityError(MethodError):
     """Two or more applicable methods are equally specific."""
-
-
-def _tname(t: type) -> str:
-    """A type's name in messages; a weak type is named as the Python type it stands for."""
-    return t.pytype.__name__ if _is_weak(t) else type_name(t)
-
-
-def _sig_str(name: str, sig: Sequence[type], names: Callable[[type], str] = _tname) -> str:
-    return f"{name}({', '.join(names(t) for t in sig)})"
-
-
-def _namer(types: Iterable[type]) -> Callable[[type], str]:
-    """How one message names ``types``: by short name, qualified where two would read the same
-    (``Weak[int]`` and ``builtins.int``, two back-ends' arrays), then numbered by id."""
-    by_name: dict[str, list[type]] = {}
-    for t in dict.fromkeys(types):
-        by_name.setdefault(_tname(t), []).append(t)
-    names: dict[type, str] = {}
-    for short, ts in by_name.items():
-        if len(ts) == 1:
-            names[ts[0]] = short
-            continue
-        for t in ts:
-            if _is_weak(t):
-                names[t] = t.__name__  # Weak[int], where builtins.int is the class int
-            elif short.startswith(f"{t.__module__}."):  # named by module already
-                names[t] = short
-            else:
-                names[t] = f"{public_module(t)}.{short}"
-        qualified = [names[t] for t in ts]
-        for t in ts:
-            if qualified.count(names[t]) > 1:  # two classes of one module and name
-                names[t] += f" (class at 0x{id(t):x})"
-    return lambda t: names.get(t) or _tname(t)
 
 
 class Method:
@@ -145,7 +124,7 @@ class Method:
 
     def __repr__(self) -> str:
         return (
-            f"<method {_sig_str(self.gf.name, self.signature)} "
+            f"<method {signature(self.gf.name, self.signature, type_label)} "
             f"{_range_str(self.min_world, self.max_world)}>"
         )
 
@@ -167,7 +146,8 @@ class MethodInstance:
         return self.method.gf
 
     def __repr__(self) -> str:
-        return f"<MethodInstance {_sig_str(self.method.gf.name, self.tt)} of {self.method!r}>"
+        sig = signature(self.method.gf.name, self.tt, type_label)
+        return f"<MethodInstance {sig} of {self.method!r}>"
 
 
 _GF = TypeVar("_GF", bound="GenericFunction")
@@ -258,7 +238,7 @@ class GenericFunction:
         if signature is None:
             sig = signature_of(fn, localns)
         else:
-            sig = _check_tt(self.name, signature, "signature")
+            sig = check_tt(self.name, signature, "signature")
         # A lock's body holds no loop or inlined comprehension: CPython 3.13 can unwind a frame
         # past its with statement at a backward jump (gh-130279); generators run in their own.
         with _world.lock():
@@ -326,7 +306,7 @@ class GenericFunction:
             )
         if isinstance(method, tuple):
             method = tuple(map(argument_type, method))  # Annotated[Struct, dtype], ...
-            _check_tt(self.name, method, "signature")
+            check_tt(self.name, method, "signature")
         with _world.lock():
             _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
             old = self._table
@@ -351,17 +331,17 @@ class GenericFunction:
             for m in table.live:
                 if m.signature == sig:
                     return m
-        names = _namer([*sig, *(t for m in table.live for t in m.signature)])
-        listing = "; ".join(_sig_str(self.name, m.signature, names) for m in table.live)
+        names = namer([*sig, *(t for m in table.live for t in m.signature)])
+        listing = "; ".join(signature(self.name, m.signature, names) for m in table.live)
         raise ValueError(
-            f"{self.name} has no method {_sig_str(self.name, sig, names)} to delete{why}; its "
+            f"{self.name} has no method {signature(self.name, sig, names)} to delete{why}; its "
             f"methods are: {listing or 'none'}. Pass one of {self.name}.methods() or its "
             "signature as m.signature shows it"
         )
 
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
-        w = _world.current() if world is None else _as_world(self.name, world)
+        w = _world.current() if world is None else as_world(self.name, world)
         return list(self._table.visible(w))
 
     def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
@@ -374,8 +354,8 @@ class GenericFunction:
         """The most specific of the ``visible`` methods that take ``tt``. A weak type takes its
         default first (``Weak[int]`` as ``np.int64``), else the concrete type of its family that a
         method declares there."""
-        if _has_weak(tt):
-            d = _defaults(tt)
+        if has_weak(tt):
+            d = weak_defaults(tt)
             cands = [m for m in visible if m.applies(d)]
             if not cands:
                 cands = [m for m in visible if m.applies_weak(tt)]
@@ -384,32 +364,32 @@ class GenericFunction:
         best = [
             m
             for m in cands
-            if all(o is m or _more_specific(m.signature, o.signature) for o in cands)
+            if all(o is m or more_specific(m.signature, o.signature) for o in cands)
         ]
         if len(best) == 1:
             return best[0]
         if not cands:
-            names = _namer([*tt, *(t for m in visible for t in m.signature)])
-            listing = "; ".join(_sig_str(self.name, m.signature, names) for m in visible)
+            names = namer([*tt, *(t for m in visible for t in m.signature)])
+            listing = "; ".join(signature(self.name, m.signature, names) for m in visible)
             raise MethodError(
-                f"no method of {self.name} matches {_sig_str(self.name, tt, names)} in world "
-                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}."
-                f"{_declared_hint(self.name, tt, visible, names)} Define "
+                f"no method of {self.name} matches {signature(self.name, tt, names)} in world "
+                f"{world}; methods visible there: {listing or 'none'}{weak_hint(tt)}."
+                f"{declared_hint(self.name, tt, [m.signature for m in visible], names)} Define "
                 f"a method of {self.name} for these types (a def {self.name} with the same "
-                f"decorator, its parameters annotated {_annotations(tt)} or abstract types "
+                f"decorator, its parameters annotated {annotations_for(tt)} or abstract types "
                 "above them), or convert the arguments to types a visible method takes"
             )
         minimal = [
             m
             for m in cands
-            if not any(o is not m and _more_specific(o.signature, m.signature) for o in cands)
+            if not any(o is not m and more_specific(o.signature, m.signature) for o in cands)
         ]
-        names = _namer([*tt, *(t for m in minimal for t in m.signature)])
-        listing = "; ".join(_sig_str(self.name, m.signature, names) for m in minimal)
+        names = namer([*tt, *(t for m in minimal for t in m.signature)])
+        listing = "; ".join(signature(self.name, m.signature, names) for m in minimal)
         raise AmbiguityError(
-            f"{_sig_str(self.name, tt, names)} is ambiguous in world {world}: candidates "
+            f"{signature(self.name, tt, names)} is ambiguous in world {world}: candidates "
             f"{listing}; define a method more specific than all of them"
-            + ("" if _has_weak(tt) else f" (one annotated {_annotations(tt)} is)")
+            + ("" if has_weak(tt) else f" (one annotated {annotations_for(tt)} is)")
         )
 
     def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
@@ -422,7 +402,7 @@ class GenericFunction:
         elif world.__class__ is int:
             w = world
         else:
-            w = _as_world(self.name, world)
+            w = as_world(self.name, world)
         try:
             for e in self._table.dispatch.get(tt, ()):
                 if e.min_world <= w <= e.max_world:
@@ -432,7 +412,7 @@ class GenericFunction:
         return self._methodinstance_miss(tt, w)
 
     def _methodinstance_miss(self, tt: tuple[type, ...], w: int) -> MethodInstance:
-        _check_tt(self.name, tt)
+        check_tt(self.name, tt)
         # Locked: a definition between reading the table and storing the range computed from
         # it would fail to end that range. No loop in the lock's body (see add_method).
         with _world.lock():
@@ -442,7 +422,7 @@ class GenericFunction:
             if hit is not None:  # stored by another thread meanwhile
                 return hit
             m = self._select(tt, table.visible(w), w)
-            mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+            mi = m.specialize(m.resolve(tt) if has_weak(tt) else tt)
             if w <= _world.latest():
                 lo, hi = table.dispatch_range(tt, w)
                 kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_min_world, reverse=True)
@@ -453,7 +433,7 @@ class GenericFunction:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
         world ``w`` changes the dispatch of ``tt`` away from ``method`` (a replacement, a
         more specific method, an ambiguity). See :func:`register_backedges`."""
-        _check_tt(self.name, tt)
+        check_tt(self.name, tt)
         if not isinstance(method, Method):
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
         _check_edge(edge)
@@ -473,51 +453,6 @@ class GenericFunction:
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
         try:
-            return self.methodinstance(tt, _as_world(self.name, world)).method
+            return self.methodinstance(tt, as_world(self.name, world)).method
         except MethodError:
             return None
-
-
-def _annotations(tt: tuple[type, ...]) -> str:
-    """The annotations of a method that takes ``tt`` (a weak type's default), for messages."""
-    return f"({', '.join(type_name(t) for t in _defaults(tt))})"
-
-
-def _weak_hint(tt: tuple[type, ...]) -> str:
-    said = "; ".join(
-        f"a Python {t.pytype.__name__} takes a parameter declared {type_name(t.default)}"
-        + (
-            " or a type above it"
-            if t.family is t.default
-            else f", a type above it, or a concrete {type_name(t.family)} type"
-        )
-        for t in dict.fromkeys(tt)
-        if _is_weak(t)
-    )
-    return f" ({said})" if said else ""
-
-
-def _declared_hint(
-    name: str, tt: tuple[type, ...], visible: Sequence[Method], names: Callable[[type], str]
-) -> str:
-    """How to make the argument a parameter wants, where all visible methods of that arity
-    declare one type there with an ``__argtype_hint__`` and the argument is not of it."""
-    same = [m for m in visible if len(m.signature) == len(tt)]
-    out = []
-    for i, t in enumerate(tt):
-        declared = {m.signature[i] for m in same}
-        if len(declared) != 1:
-            continue
-        (d,) = declared
-        hint = getattr(d, "__argtype_hint__", None)
-        if hint and not is_subtype(t, d):
-            out.append(
-                f" Every method of {name} with {len(tt)} parameters takes a {names(d)} as argument "
-                f"{i}, given {names(t)} here: {hint}."
-            )
-    return "".join(out)
-
-
-def _more_specific(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
-    """``a`` is at least as specific as ``b`` and not the same signature."""
-    return a != b and all(is_subtype(x, y) for x, y in zip(a, b))
