@@ -9,8 +9,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from . import world as _world
-from .backedges import Backedge, _check_edge, _ending
-from .backedges import _on_invalidate as _on_invalidate
+from .backedges import Backedge, Backedges, check_edge, tell_listeners
 from .backedges import register_backedges as register_backedges
 from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
 from .method_table import _Dispatch, _min_world, _range_str, _Table, _undo
@@ -167,8 +166,8 @@ class GenericFunction:
         self.name = name
         #: the methods, their ranges and the dispatch memo: one value, published by one store
         self._table = _Table((), 0, {}, ())
-        #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
-        self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
+        #: the backedges on its dispatches: tt -> {edge, weakly: the method it expects}
+        self._edges: Backedges[Method] = Backedges()
         #: the cached lookup's specialized functions of this F (``lookup.OWN``): they go with it
         self._specializer_lookups: dict[Any, Any] = {}
 
@@ -276,19 +275,18 @@ class GenericFunction:
             ):
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
-        ended, done = _ending(self, changed, live, latest)
+        ended, done = self._edges.ending(
+            changed.applies_weak, partial(self._select_or_none, visible=live), latest
+        )
         undo = partial(_undo, self, old, [(m, m.max_world) for m in (*closed, *ended)])
         new_world = _world.begin_definition(undo)
-        for listener in _on_invalidate:
-            listener(ended, False)
+        tell_listeners(ended, False)
         for m in (*closed, *ended):
             m.max_world = latest  # closed at a world no reader is past yet: nothing changes
         self._table = _Table(live, new_world, dispatch, deleted)
         _world.publish_world(new_world)  # the change is whole from here
-        for table, ref in done:  # an ended edge stays closed on other tables until dropped
-            table.pop(ref, None)
-        for listener in _on_invalidate:
-            listener(ended, True)
+        self._edges.drop(done)  # an ended edge stays closed on other tables until dropped
+        tell_listeners(ended, True)
 
     def delete_method(self, method: Method | tuple[Any, ...]) -> Method:
         """Remove a method, as Julia's ``Base.delete_method``; raises the world.
@@ -432,23 +430,18 @@ class GenericFunction:
     def add_backedge(self, tt: tuple[type, ...], method: Method, edge: Backedge) -> None:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
         world ``w`` changes the dispatch of ``tt`` away from ``method`` (a replacement, a
-        more specific method, an ambiguity). See :func:`register_backedges`."""
+        more specific method, an ambiguity). The edge is held weakly (:meth:`Backedges.add`);
+        :func:`register_backedges` adds one edge on several dispatches."""
         check_tt(self.name, tt)
         if not isinstance(method, Method):
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
-        _check_edge(edge)
+        check_edge(edge)
         with _world.lock():
-            register_backedges(edge, [(self, tt, method)])
+            self._edges.add(edge, tt, method)
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges that are still open: (tt, expected method, edge)."""
-        found = []
-        for tt, table in self._edges.copy().items():
-            for ref, m in table.copy().items():
-                edge = ref()
-                if edge is not None and edge.max_world >= _world.WORLD_MAX:
-                    found.append((tt, m, edge))
-        return found
+        return self._edges.open()
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
