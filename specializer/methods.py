@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar, overload
+from typing import Any, NamedTuple, TypeVar, overload
 
 from . import world as _world
 from .backedges import Backedge, Backedges, check_edge, tell_listeners
@@ -29,9 +29,6 @@ from .signatures import (
     weak_hint,
 )
 from .types import argument_type, is_subtype, resolve_weak
-
-if TYPE_CHECKING:
-    from .compiler import CodeInstance
 
 __all__ = [
     "AmbiguityError",
@@ -158,8 +155,9 @@ class MethodInstance:
         self.method = method
         self.tt = tt
         #: the compiled-code cache's part (config's small int -> code instances, newest
-        #: first, each tuple replaced whole): owned here, so the code goes with its method
-        self.code: dict[int, tuple[CodeInstance, ...]] = {}
+        #: first, each tuple replaced whole): owned here, so the code goes with its method;
+        #: what a code instance is, is the cache's (``compiler.CodeInstance``)
+        self.code: dict[int, tuple[Any, ...]] = {}
 
     @property
     def gf(self) -> GenericFunction:
