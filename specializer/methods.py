@@ -386,7 +386,7 @@ class GenericFunction:
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
         ended, done = self._edges.ending(
-            changed.applies_weak, partial(self._select_or_none, visible=live), latest
+            changed.applies_weak, lambda tt: self._select_or_none(tt, live), latest
         )
         undo = partial(_undo, self, old, [(m, m.max_world) for m in (*closed, *ended)])
         new_world = _world.begin_definition(undo)
