@@ -13,15 +13,9 @@ from collections.abc import Callable, Hashable
 from typing import Any, Protocol, TypeVar
 
 from . import world as _world
+from .backedges import on_invalidate, register_backedges
 from .locks import new_lock
-from .methods import (
-    GenericFunction,
-    Method,
-    MethodError,
-    MethodInstance,
-    _on_invalidate,
-    register_backedges,
-)
+from .methods import GenericFunction, Method, MethodError, MethodInstance
 from .signatures import signature
 
 __all__ = [
@@ -374,7 +368,7 @@ def _sweep(ended: list[Any], after: bool) -> None:
         _retained.pop(id(ci), None)  # after the cache lets it go: a record never outlives less
 
 
-_on_invalidate.append(_sweep)
+on_invalidate(_sweep)
 
 
 def _release_for_dead_pins() -> None:

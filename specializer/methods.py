@@ -1,25 +1,34 @@
 """Generic functions: method tables whose methods have world validity ranges, and dispatch
 (``methodinstance(tt, world)``: the most specific method visible in that world). A definition
-closes the old method's range without erasing it, so an older world dispatches as it did."""
+closes the old method's range without erasing it, so an older world dispatches as it did: the
+table (:class:`_Table`) is one value, replaced whole by each definition, and an older world
+finds each signature's method of its time along that signature's chain (:func:`_version`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from operator import attrgetter
+from typing import Any, NamedTuple, TypeVar, overload
 
 from . import world as _world
-from .backedges import Backedge, _check_edge, _ending
-from .backedges import _on_invalidate as _on_invalidate
+from .backedges import Backedge, Backedges, check_edge, tell_listeners
 from .backedges import register_backedges as register_backedges
-from .method_table import DISPATCH_DEPTH as DISPATCH_DEPTH
-from .method_table import _Dispatch, _min_world, _range_str, _Table, _undo
-from .method_table import _version as _version
-from .signatures import _as_world, _check_tt, _defaults, _has_weak, _is_weak, signature_of
-from .types import argument_type, is_subtype, public_module, resolve_weak, type_name
-
-if TYPE_CHECKING:
-    from .compiler import CodeInstance
+from .signatures import (
+    annotations_for,
+    as_world,
+    check_tt,
+    declared_hint,
+    has_weak,
+    more_specific,
+    namer,
+    signature,
+    signature_of,
+    type_label,
+    weak_defaults,
+    weak_hint,
+)
+from .types import argument_type, is_subtype, resolve_weak
 
 __all__ = [
     "AmbiguityError",
@@ -30,6 +39,9 @@ __all__ = [
     "signature_of",
 ]
 
+#: How many world ranges the dispatch cache keeps per signature (the newest ones).
+DISPATCH_DEPTH = 4
+
 
 class MethodError(TypeError):
     """No method of a generic function applies to the argument types in that world."""
@@ -39,38 +51,8 @@ class AmbiguityError(MethodError):
     """Two or more applicable methods are equally specific."""
 
 
-def _tname(t: type) -> str:
-    """A type's name in messages; a weak type is named as the Python type it stands for."""
-    return t.pytype.__name__ if _is_weak(t) else type_name(t)
-
-
-def _sig_str(name: str, sig: Sequence[type], names: Callable[[type], str] = _tname) -> str:
-    return f"{name}({', '.join(names(t) for t in sig)})"
-
-
-def _namer(types: Iterable[type]) -> Callable[[type], str]:
-    """How one message names ``types``: by short name, qualified where two would read the same
-    (``Weak[int]`` and ``builtins.int``, two back-ends' arrays), then numbered by id."""
-    by_name: dict[str, list[type]] = {}
-    for t in dict.fromkeys(types):
-        by_name.setdefault(_tname(t), []).append(t)
-    names: dict[type, str] = {}
-    for short, ts in by_name.items():
-        if len(ts) == 1:
-            names[ts[0]] = short
-            continue
-        for t in ts:
-            if _is_weak(t):
-                names[t] = t.__name__  # Weak[int], where builtins.int is the class int
-            elif short.startswith(f"{t.__module__}."):  # named by module already
-                names[t] = short
-            else:
-                names[t] = f"{public_module(t)}.{short}"
-        qualified = [names[t] for t in ts]
-        for t in ts:
-            if qualified.count(names[t]) > 1:  # two classes of one module and name
-                names[t] += f" (class at 0x{id(t):x})"
-    return lambda t: names.get(t) or _tname(t)
+def _range_str(lo: int, hi: int) -> str:
+    return f"worlds {lo}..{'' if hi >= _world.WORLD_MAX else hi}"
 
 
 class Method:
@@ -145,9 +127,23 @@ class Method:
 
     def __repr__(self) -> str:
         return (
-            f"<method {_sig_str(self.gf.name, self.signature)} "
+            f"<method {signature(self.gf.name, self.signature, type_label)} "
             f"{_range_str(self.min_world, self.max_world)}>"
         )
+
+
+def _version(head: Method, world: int) -> tuple[Method | None, Method | None]:
+    """From ``head`` back along its chain: the newest method defined by ``world`` (None: none
+    yet) and the one defined after it (None: it is ``head``), in O(log n) jump-pointer steps."""
+    if head.min_world <= world:
+        return head, None
+    n = head  # always defined after world
+    while True:
+        p = n.prior
+        if p is None or p.min_world <= world:
+            return p, n
+        j = n.jump
+        n = j if j.min_world > world else p
 
 
 class MethodInstance:
@@ -159,15 +155,108 @@ class MethodInstance:
         self.method = method
         self.tt = tt
         #: the compiled-code cache's part (config's small int -> code instances, newest
-        #: first, each tuple replaced whole): owned here, so the code goes with its method
-        self.code: dict[int, tuple[CodeInstance, ...]] = {}
+        #: first, each tuple replaced whole): owned here, so the code goes with its method;
+        #: what a code instance is, is the cache's (``compiler.CodeInstance``)
+        self.code: dict[int, tuple[Any, ...]] = {}
 
     @property
     def gf(self) -> GenericFunction:
         return self.method.gf
 
     def __repr__(self) -> str:
-        return f"<MethodInstance {_sig_str(self.method.gf.name, self.tt)} of {self.method!r}>"
+        sig = signature(self.method.gf.name, self.tt, type_label)
+        return f"<MethodInstance {sig} of {self.method!r}>"
+
+
+class _Dispatch(NamedTuple):
+    """A cached dispatch: ``tt`` takes ``mi`` in every world of ``[min_world, max_world]``."""
+
+    min_world: int
+    max_world: int
+    mi: MethodInstance
+
+    def __repr__(self) -> str:
+        return f"<dispatch {_range_str(self.min_world, self.max_world)} -> {self.mi!r}>"
+
+
+_min_world = attrgetter("min_world")  # sort key of methods and dispatches
+
+
+class _Table(NamedTuple):
+    """A generic function's methods as one value, replaced whole by each definition. It holds
+    the live methods and the dispatch memo, never the history, so publishing a definition
+    costs what it changes."""
+
+    #: the methods visible from ``since`` on, each the head of its signature's chain
+    live: tuple[Method, ...]
+    since: int
+    #: tt -> cached dispatches, newest first, filled under the world lock
+    dispatch: dict[tuple[type, ...], tuple[_Dispatch, ...]]
+    #: the closed heads of deleted chains, kept for older worlds (a new method continues one)
+    deleted: tuple[Method, ...] = ()
+
+    @property
+    def heads(self) -> tuple[Method, ...]:
+        """The head of every chain: the live methods, then the deleted ones."""
+        return (*self.live, *self.deleted) if self.deleted else self.live
+
+    @property
+    def history(self) -> tuple[Method, ...]:
+        """Every method, replaced and deleted ones included, in order of definition."""
+        found = []
+        for m in self.heads:
+            chain: Method | None = m
+            while chain is not None:
+                found.append(chain)
+                chain = chain.prior
+        return tuple(sorted(found, key=_min_world))
+
+    def visible(self, world: int) -> Sequence[Method]:
+        """The methods visible in ``world``, in order of definition."""
+        if world >= self.since:
+            return self.live
+        found = []
+        for head in self.heads:
+            m = _version(head, world)[0]
+            if m is not None and world <= m.max_world:
+                found.append(m)
+        found.sort(key=_min_world)  # in order of definition, as the live ones are
+        return found
+
+    def dispatch_range(self, tt: tuple[type, ...], world: int) -> tuple[int, int]:
+        """The worlds around ``world`` in which the methods that could take ``tt`` are the same."""
+        live, since = self.live, self.since
+        if world >= since:
+            # A replaced method's range ends where its live replacement's begins, and a
+            # deleted one's dispatch ends after its range.
+            lo = max((m.min_world for m in live if m.applies_weak(tt)), default=1)
+            for d in self.deleted:
+                if d.applies_weak(tt):
+                    lo = max(lo, d.max_world + 1)
+            return lo, _world.WORLD_MAX
+        # An older world: each signature's method of that world, and the one after it (a
+        # chain holds one signature, so its head answers ``applies_weak`` for all).
+        lo, hi = 1, _world.WORLD_MAX
+        for head in self.heads:
+            if not head.applies_weak(tt):
+                continue
+            m, after = _version(head, world)
+            if after is not None:
+                hi = min(hi, after.min_world - 1)
+            if m is None:
+                continue
+            if m.max_world < world:
+                lo = max(lo, m.max_world + 1)
+            else:
+                lo, hi = max(lo, m.min_world), min(hi, m.max_world)
+        return lo, hi
+
+
+def _undo(gf: GenericFunction, table: _Table, ranges: list[tuple[Any, int]]) -> None:
+    """Undo a definition that an interrupt stopped before its world was published."""
+    gf._table = table
+    for m, max_world in ranges:
+        m.max_world = max_world
 
 
 _GF = TypeVar("_GF", bound="GenericFunction")
@@ -187,8 +276,8 @@ class GenericFunction:
         self.name = name
         #: the methods, their ranges and the dispatch memo: one value, published by one store
         self._table = _Table((), 0, {}, ())
-        #: tt -> {weak reference to an edge: the method it expects tt to dispatch to}
-        self._edges: dict[tuple[type, ...], dict[Any, Method]] = {}
+        #: the backedges on its dispatches: tt -> {edge, weakly: the method it expects}
+        self._edges: Backedges[Method] = Backedges()
         #: the cached lookup's specialized functions of this F (``lookup.OWN``): they go with it
         self._specializer_lookups: dict[Any, Any] = {}
 
@@ -258,7 +347,7 @@ class GenericFunction:
         if signature is None:
             sig = signature_of(fn, localns)
         else:
-            sig = _check_tt(self.name, signature, "signature")
+            sig = check_tt(self.name, signature, "signature")
         # A lock's body holds no loop or inlined comprehension: CPython 3.13 can unwind a frame
         # past its with statement at a backward jump (gh-130279); generators run in their own.
         with _world.lock():
@@ -296,19 +385,18 @@ class GenericFunction:
             ):
                 entries = (_Dispatch(e.min_world, latest, e.mi), *entries[1:])
             dispatch[tt] = entries
-        ended, done = _ending(self, changed, live, latest)
+        ended, done = self._edges.ending(
+            changed.applies_weak, lambda tt: self._select_or_none(tt, live), latest
+        )
         undo = partial(_undo, self, old, [(m, m.max_world) for m in (*closed, *ended)])
         new_world = _world.begin_definition(undo)
-        for listener in _on_invalidate:
-            listener(ended, False)
+        tell_listeners(ended, False)
         for m in (*closed, *ended):
             m.max_world = latest  # closed at a world no reader is past yet: nothing changes
         self._table = _Table(live, new_world, dispatch, deleted)
         _world.publish_world(new_world)  # the change is whole from here
-        for table, ref in done:  # an ended edge stays closed on other tables until dropped
-            table.pop(ref, None)
-        for listener in _on_invalidate:
-            listener(ended, True)
+        self._edges.drop(done)  # an ended edge stays closed on other tables until dropped
+        tell_listeners(ended, True)
 
     def delete_method(self, method: Method | tuple[Any, ...]) -> Method:
         """Remove a method, as Julia's ``Base.delete_method``; raises the world.
@@ -326,7 +414,7 @@ class GenericFunction:
             )
         if isinstance(method, tuple):
             method = tuple(map(argument_type, method))  # Annotated[Struct, dtype], ...
-            _check_tt(self.name, method, "signature")
+            check_tt(self.name, method, "signature")
         with _world.lock():
             _world.undo_in_flight()  # an interrupted definition (perhaps of this table) first
             old = self._table
@@ -351,17 +439,17 @@ class GenericFunction:
             for m in table.live:
                 if m.signature == sig:
                     return m
-        names = _namer([*sig, *(t for m in table.live for t in m.signature)])
-        listing = "; ".join(_sig_str(self.name, m.signature, names) for m in table.live)
+        names = namer([*sig, *(t for m in table.live for t in m.signature)])
+        listing = "; ".join(signature(self.name, m.signature, names) for m in table.live)
         raise ValueError(
-            f"{self.name} has no method {_sig_str(self.name, sig, names)} to delete{why}; its "
+            f"{self.name} has no method {signature(self.name, sig, names)} to delete{why}; its "
             f"methods are: {listing or 'none'}. Pass one of {self.name}.methods() or its "
             "signature as m.signature shows it"
         )
 
     def methods(self, world: int | None = None) -> list[Method]:
         """The methods visible in ``world`` (default: the task's world)."""
-        w = _world.current() if world is None else _as_world(self.name, world)
+        w = _world.current() if world is None else as_world(self.name, world)
         return list(self._table.visible(w))
 
     def _select_or_none(self, tt: tuple[type, ...], visible: Sequence[Method]) -> Method | None:
@@ -374,8 +462,8 @@ class GenericFunction:
         """The most specific of the ``visible`` methods that take ``tt``. A weak type takes its
         default first (``Weak[int]`` as ``np.int64``), else the concrete type of its family that a
         method declares there."""
-        if _has_weak(tt):
-            d = _defaults(tt)
+        if has_weak(tt):
+            d = weak_defaults(tt)
             cands = [m for m in visible if m.applies(d)]
             if not cands:
                 cands = [m for m in visible if m.applies_weak(tt)]
@@ -384,32 +472,32 @@ class GenericFunction:
         best = [
             m
             for m in cands
-            if all(o is m or _more_specific(m.signature, o.signature) for o in cands)
+            if all(o is m or more_specific(m.signature, o.signature) for o in cands)
         ]
         if len(best) == 1:
             return best[0]
         if not cands:
-            names = _namer([*tt, *(t for m in visible for t in m.signature)])
-            listing = "; ".join(_sig_str(self.name, m.signature, names) for m in visible)
+            names = namer([*tt, *(t for m in visible for t in m.signature)])
+            listing = "; ".join(signature(self.name, m.signature, names) for m in visible)
             raise MethodError(
-                f"no method of {self.name} matches {_sig_str(self.name, tt, names)} in world "
-                f"{world}; methods visible there: {listing or 'none'}{_weak_hint(tt)}."
-                f"{_declared_hint(self.name, tt, visible, names)} Define "
+                f"no method of {self.name} matches {signature(self.name, tt, names)} in world "
+                f"{world}; methods visible there: {listing or 'none'}{weak_hint(tt)}."
+                f"{declared_hint(self.name, tt, [m.signature for m in visible], names)} Define "
                 f"a method of {self.name} for these types (a def {self.name} with the same "
-                f"decorator, its parameters annotated {_annotations(tt)} or abstract types "
+                f"decorator, its parameters annotated {annotations_for(tt)} or abstract types "
                 "above them), or convert the arguments to types a visible method takes"
             )
         minimal = [
             m
             for m in cands
-            if not any(o is not m and _more_specific(o.signature, m.signature) for o in cands)
+            if not any(o is not m and more_specific(o.signature, m.signature) for o in cands)
         ]
-        names = _namer([*tt, *(t for m in minimal for t in m.signature)])
-        listing = "; ".join(_sig_str(self.name, m.signature, names) for m in minimal)
+        names = namer([*tt, *(t for m in minimal for t in m.signature)])
+        listing = "; ".join(signature(self.name, m.signature, names) for m in minimal)
         raise AmbiguityError(
-            f"{_sig_str(self.name, tt, names)} is ambiguous in world {world}: candidates "
+            f"{signature(self.name, tt, names)} is ambiguous in world {world}: candidates "
             f"{listing}; define a method more specific than all of them"
-            + ("" if _has_weak(tt) else f" (one annotated {_annotations(tt)} is)")
+            + ("" if has_weak(tt) else f" (one annotated {annotations_for(tt)} is)")
         )
 
     def methodinstance(self, tt: tuple[type, ...], world: int | None = None) -> MethodInstance:
@@ -422,7 +510,7 @@ class GenericFunction:
         elif world.__class__ is int:
             w = world
         else:
-            w = _as_world(self.name, world)
+            w = as_world(self.name, world)
         try:
             for e in self._table.dispatch.get(tt, ()):
                 if e.min_world <= w <= e.max_world:
@@ -432,7 +520,7 @@ class GenericFunction:
         return self._methodinstance_miss(tt, w)
 
     def _methodinstance_miss(self, tt: tuple[type, ...], w: int) -> MethodInstance:
-        _check_tt(self.name, tt)
+        check_tt(self.name, tt)
         # Locked: a definition between reading the table and storing the range computed from
         # it would fail to end that range. No loop in the lock's body (see add_method).
         with _world.lock():
@@ -442,7 +530,7 @@ class GenericFunction:
             if hit is not None:  # stored by another thread meanwhile
                 return hit
             m = self._select(tt, table.visible(w), w)
-            mi = m.specialize(m.resolve(tt) if _has_weak(tt) else tt)
+            mi = m.specialize(m.resolve(tt) if has_weak(tt) else tt)
             if w <= _world.latest():
                 lo, hi = table.dispatch_range(tt, w)
                 kept = sorted((_Dispatch(lo, hi, mi), *entries), key=_min_world, reverse=True)
@@ -452,72 +540,22 @@ class GenericFunction:
     def add_backedge(self, tt: tuple[type, ...], method: Method, edge: Backedge) -> None:
         """End ``edge``'s validity (set ``edge.max_world = w - 1``) when a definition in
         world ``w`` changes the dispatch of ``tt`` away from ``method`` (a replacement, a
-        more specific method, an ambiguity). See :func:`register_backedges`."""
-        _check_tt(self.name, tt)
+        more specific method, an ambiguity). The edge is held weakly (:meth:`Backedges.add`);
+        :func:`register_backedges` adds one edge on several dispatches."""
+        check_tt(self.name, tt)
         if not isinstance(method, Method):
             raise TypeError(f"method (of {self.name}) is a Method, got {method!r}")
-        _check_edge(edge)
+        check_edge(edge)
         with _world.lock():
-            register_backedges(edge, [(self, tt, method)])
+            self._edges.add(edge, tt, method)
 
     def backedges(self) -> list[tuple[tuple[type, ...], Method, Any]]:
         """The registered backedges that are still open: (tt, expected method, edge)."""
-        found = []
-        for tt, table in self._edges.copy().items():
-            for ref, m in table.copy().items():
-                edge = ref()
-                if edge is not None and edge.max_world >= _world.WORLD_MAX:
-                    found.append((tt, m, edge))
-        return found
+        return self._edges.open()
 
     def dispatches_to(self, tt: tuple[type, ...], world: int) -> Method | None:
         """The method ``tt`` dispatches to in ``world``, or None where that is an error."""
         try:
-            return self.methodinstance(tt, _as_world(self.name, world)).method
+            return self.methodinstance(tt, as_world(self.name, world)).method
         except MethodError:
             return None
-
-
-def _annotations(tt: tuple[type, ...]) -> str:
-    """The annotations of a method that takes ``tt`` (a weak type's default), for messages."""
-    return f"({', '.join(type_name(t) for t in _defaults(tt))})"
-
-
-def _weak_hint(tt: tuple[type, ...]) -> str:
-    said = "; ".join(
-        f"a Python {t.pytype.__name__} takes a parameter declared {type_name(t.default)}"
-        + (
-            " or a type above it"
-            if t.family is t.default
-            else f", a type above it, or a concrete {type_name(t.family)} type"
-        )
-        for t in dict.fromkeys(tt)
-        if _is_weak(t)
-    )
-    return f" ({said})" if said else ""
-
-
-def _declared_hint(
-    name: str, tt: tuple[type, ...], visible: Sequence[Method], names: Callable[[type], str]
-) -> str:
-    """How to make the argument a parameter wants, where all visible methods of that arity
-    declare one type there with an ``__argtype_hint__`` and the argument is not of it."""
-    same = [m for m in visible if len(m.signature) == len(tt)]
-    out = []
-    for i, t in enumerate(tt):
-        declared = {m.signature[i] for m in same}
-        if len(declared) != 1:
-            continue
-        (d,) = declared
-        hint = getattr(d, "__argtype_hint__", None)
-        if hint and not is_subtype(t, d):
-            out.append(
-                f" Every method of {name} with {len(tt)} parameters takes a {names(d)} as argument "
-                f"{i}, given {names(t)} here: {hint}."
-            )
-    return "".join(out)
-
-
-def _more_specific(a: tuple[type, ...], b: tuple[type, ...]) -> bool:
-    """``a`` is at least as specific as ``b`` and not the same signature."""
-    return a != b and all(is_subtype(x, y) for x, y in zip(a, b))

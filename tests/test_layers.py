@@ -1,4 +1,5 @@
-"""The back-end packages' modules are layered without a circle (read with ``ast``, nothing run).
+"""The back-end packages' modules, and the core's dispatch modules, are layered without a circle
+(read with ``ast``, nothing run).
 
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
@@ -16,7 +17,8 @@ import pytest
 
 import specializer
 
-BACKENDS = Path(specializer.__file__).resolve().parent / "backends"  # under test
+CORE = Path(specializer.__file__).resolve().parent  # under test
+BACKENDS = CORE / "backends"
 
 #: lowest first: a module may import (at module level) only the modules before it
 CUDA_LAYERS = [
@@ -53,6 +55,17 @@ OPENCL_LAYERS = [
 LAYERS = {"cuda": CUDA_LAYERS, "opencl": OPENCL_LAYERS}
 PACKAGE_MODULES = [(package, m) for package, layers in LAYERS.items() for m in layers]
 
+#: The core's world age, dispatch and compiled-code cache, lowest first: each imports (at
+#: module level, ``TYPE_CHECKING`` included) only the ones before it; a lower one that must
+#: reach up takes a ``Protocol`` or a listener (``backedges.on_invalidate``).
+DISPATCH_LAYERS = [
+    "world",  # world age: the counter, pins, the world lock, a definition's publication
+    "signatures",  # argument-type tuples: read, checked, compared, spelled
+    "backedges",  # edges on dispatches, the ones a definition ends, its listeners
+    "methods",  # generic functions: methods, the table value, definitions, dispatch
+    "compiler",  # compiler jobs, the compiled-code cache, compile hooks
+]
+
 
 def _modules(package: str = "cuda") -> dict[str, ast.Module]:
     return {
@@ -62,8 +75,9 @@ def _modules(package: str = "cuda") -> dict[str, ast.Module]:
 
 
 def _siblings(node: ast.Import | ast.ImportFrom, module: str, package: str) -> list[str]:
-    """The modules of ``package`` that an import statement in ``module`` imports."""
-    prefix = f"specializer.backends.{package}"
+    """The modules of ``package`` (``""``: the core) that an import statement in ``module``
+    imports."""
+    prefix = f"specializer.backends.{package}" if package else "specializer"
     names: list[str] = []
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -130,6 +144,18 @@ def test_no_function_imports_a_sibling_module(package: str, module: str) -> None
     assert not found, f"import it at module level (a lower layer), or set a hook: {found}"
 
 
+@pytest.mark.parametrize("module", DISPATCH_LAYERS)
+def test_a_dispatch_module_imports_only_lower_layers(module: str) -> None:
+    tree = ast.parse((CORE / f"{module}.py").read_text(encoding="utf-8"))
+    top, inner = _imports(tree, module, "")
+    higher = [
+        f"{module}.py:{line} imports {name}"
+        for line, name in (*top, *inner)
+        if name in DISPATCH_LAYERS and DISPATCH_LAYERS.index(name) >= DISPATCH_LAYERS.index(module)
+    ]
+    assert not higher, f"a module may import only the layers below it ({DISPATCH_LAYERS}): {higher}"
+
+
 def test_the_reader_sees_each_form_of_import() -> None:
     src = (
         "from . import _driver, _array\n"
@@ -143,6 +169,15 @@ def test_the_reader_sees_each_form_of_import() -> None:
     top, inner = _imports(ast.parse(src), "_x")
     assert [name for _, name in top] == ["_driver", "_array", "_types", "_params", "_compiler"]
     assert inner == [(7, "_launch")]
+    core = (
+        "from . import world as _world\n"
+        "from .backedges import on_invalidate\n"
+        "if TYPE_CHECKING:\n"
+        "    from .compiler import CodeInstance\n"
+        "from .backends.cuda import _driver\n"
+    )
+    top, _ = _imports(ast.parse(core), "methods", "")
+    assert [name for _, name in top] == ["world", "backedges", "compiler", "backends"]
 
 
 def test_the_higher_layers_set_the_hooks_of_the_lower() -> None:
