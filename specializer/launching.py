@@ -22,7 +22,6 @@ import inspect
 import os
 import weakref
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import dataclass, field
 from types import FunctionType
 from typing import Any, ClassVar
 
@@ -31,13 +30,15 @@ import numpy as np
 from . import codegen
 from . import compiler as _compiler
 from . import world as _world
+from .host_kernels import HostKernel
+from .invokers import Invokers, Kind, Missed, check_values
 from .kernels import Definitions, Kernel, KernelInstance, LookupSite
 from .locks import new_lock
 from .lookup import forget_key
 from .methods import MethodError
 from .signatures import signature
 from .suggest import unknown_keywords
-from .types import WEAK, DeviceArray, Struct, WeakScalar, type_name, weak_converter
+from .types import WEAK, WeakScalar, type_name, weak_converter
 
 __all__ = [
     "ENTRIES",
@@ -59,73 +60,6 @@ REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "<required>"})()
 ENTRIES = 8
 #: A cell's newest entry before any: no world is it.
 _EMPTY = (object(), None, None, None)
-#: The longest name of a generated function (its def line fits in 100 columns).
-_NAME_LIMIT = 80
-
-
-class Missed(Exception):
-    """What an invoker raises, having touched nothing, for arguments its guards refuse (the
-    launch tries the kernel's other entries, then the slow path, which types them)."""
-
-
-@dataclass(frozen=True)
-class Kind:
-    """What a back-end's ``kind`` says of one kernel parameter: how its template checks and
-    sets the value (``name``), and what the core renders and binds for it."""
-
-    #: the template's name for it ("array", "scalar", ...)
-    name: str
-    #: a launch argument's guard: its value's exact class (None: the template's own guard)
-    cls: type | None = None
-    #: and its dtype (an array's, a struct's), compared by identity, then by value
-    dtype: Any = None
-    #: what converts a value of a subclass of ``cls`` before it is set (slow path only)
-    exact: Callable[[Any], Any] | None = None
-    #: what a miss asks of (where, value) first: what is wrong with the value there, or None
-    check: Callable[[Any, Any], str | None] | None = None
-    #: the template's globals for it, bound as ``_<key><i>``
-    values: Mapping[str, Any] = field(default_factory=dict)
-
-
-class HostKernel:
-    """A kernel looked up for argument types ``tt`` in one *where*, ready to call like
-    ``launch`` without the kernel: ``hk(*args, <launch options>)``. Its call runs the
-    invoker of its lookup whatever the world (a redefinition does not change it: look up
-    again, or use ``launch``). Attributes: ``f`` (the kernel or kernel instance), ``tt``,
-    ``linked`` (the lookup's result), ``where`` and ``options`` (its lookup's launch options).
-    A back-end's subclass sets ``__call__ = <its launcher>.host_call`` and may add more."""
-
-    f: Any
-    tt: tuple[type, ...]
-    linked: Any
-    where: Any
-    invoke: Callable[..., Any]
-    options: dict[str, Any]
-
-    def __init__(
-        self,
-        f: Any,
-        tt: tuple[type, ...],
-        linked: Any,
-        where: Any,
-        invoke: Callable[..., Any],
-        options: dict[str, Any],
-    ) -> None:
-        self.f = f
-        self.tt = tt
-        self.linked = linked
-        self.where = where
-        self.invoke = invoke
-        self.options = options
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {signature(self.linked.name, self.tt)} of {self.f!r}>"
-
-    def __reduce__(self) -> Any:
-        raise TypeError(
-            "a HostKernel holds device handles and cannot be pickled: pickle the kernel and "
-            "look it up again in the other process"
-        )
 
 
 class Launcher:
@@ -186,9 +120,11 @@ class Launcher:
         self.attr = _take_attribute(self.name, definitions)
         #: the kernels with a launch cell of this launcher (forget() clears their entries)
         self._kernels: weakref.WeakSet[Any] = weakref.WeakSet()
-        #: each signature's invoker factory and kinds: (captured, types, concrete types) ->
-        self._factories: dict[tuple[Any, ...], tuple[Callable[[Any], Any], list[Kind]]] = {}
         self.site = LookupSite(definitions, object, self.uncached_lookup)
+        #: each signature's invoker, generated from the template (invokers.Invokers)
+        self.invokers = Invokers(
+            self, self.name, self.template, self.options, self.namespace, self.kind
+        )
         core = {"_OPTIONS": tuple(self.options.values()), "_TASK": _world.task_cell}
         core |= {"_Missed": Missed, "_miss": self.miss, **self.namespace}
         host = {"_FORK": self.fork, "_refuse": self._refuse, "_mismatch": self.mismatch}
@@ -218,29 +154,6 @@ class Launcher:
             params["attr"] = self.attr
         return (self.name, part), params
 
-    def invoker_params(
-        self, instance: tuple[type, ...] | None, tt: tuple[type, ...], resolved: tuple[type, ...]
-    ) -> tuple[tuple[str, ...], dict[str, Any], list[Kind]]:
-        """The name parts, template parameters and kinds of the invoker of (a kernel
-        instance's captured types, or None for a kernel; the argument types ``tt``; the
-        concrete types ``resolved``): what ``tools/regen_generated.py`` renders for review."""
-        captured = instance or ()
-        full = captured + tt
-        kinds = [self.kind(t, r, i < len(captured)) for i, (t, r) in enumerate(zip(full, resolved))]
-        parts = (f"{self.name}_invoker", *(type_name(t) for t in full))
-        if instance is not None:
-            parts += (f"captured_{len(captured)}",)
-        params = {
-            "part": "invoker",
-            "options": list(self.options),
-            "kinds": [k.name for k in kinds],
-            "dtypes": [k.dtype is not None for k in kinds],
-            "exact": [k.exact is not None for k in kinds],
-            "captured": len(captured),
-            "instance": instance is not None,
-        }
-        return (codegen.identifier(*parts, limit=_NAME_LIMIT),), params, kinds
-
     def miss(
         self, f: Any, args: tuple[Any, ...], where: Any, kw: dict[str, Any], opts: tuple[Any, ...]
     ) -> Any:
@@ -260,8 +173,8 @@ class Launcher:
         tt = self.argtypes(args, F)
         linked = self._lookup(F, tt, self.key(where, kw))
         self.check_fork()  # again: a compile hook of the lookup may have forked
-        invoke, kinds = self._invoker(linked, F, tt)
-        self._check(kinds, where, f, args)
+        invoke, kinds = self.invokers.of(linked, _instance(F), tt)
+        check_values(kinds, where, _name_of(F), _values_of(f), args)
         try:
             r = invoke(f, args, *opts)
         except Missed:  # a value of a subclass of its guard's class: typed, so launched anyway
@@ -291,76 +204,6 @@ class Launcher:
                 setattr(F, self.attr, cell)
                 self._kernels.add(F)
             _publish(cell, _with_entry((cell[0], *cell[1]), entry))
-
-    def _invoker(self, linked: Any, F: Any, tt: tuple[type, ...]) -> tuple[Any, list[Kind]]:
-        """The invoker of (``F``'s captured types, ``tt``) for ``linked``, made once, and the
-        kinds of its parameters."""
-        captured = None if isinstance(F, Kernel) else tuple(F.captured)  # None: no instance
-        ident = (self, captured, tt)
-        try:
-            made = linked.invokers.get(ident)
-        except AttributeError:
-            raise TypeError(
-                f"back-end {self.name!r}: uncached_lookup returned {type(linked).__name__}, "
-                "which has no `invokers` dict (the core keeps each signature's invoker there)"
-            ) from None
-        if made is None:
-            factory, kinds = self._factory(captured, tt, tuple(linked.tt))
-            made = linked.invokers.setdefault(ident, (factory(linked), kinds))
-        return made  # type: ignore[no-any-return]
-
-    def _factory(
-        self, instance: tuple[type, ...] | None, tt: tuple[type, ...], resolved: tuple[type, ...]
-    ) -> tuple[Callable[[Any], Any], list[Kind]]:
-        ident = (instance, tt, resolved)
-        made = self._factories.get(ident)
-        if made is not None:
-            return made
-        parts, params, kinds = self.invoker_params(instance, tt, resolved)
-        namespace: dict[str, Any] = {
-            "_OPTIONS": tuple(self.options.values()),
-            "_Missed": Missed,
-            "_ndarray": np.ndarray,
-            **self.namespace,
-        }
-        for i, (t, k) in enumerate(zip((instance or ()) + tt, kinds)):
-            if k.cls is not None and k.dtype is None and issubclass(t, (DeviceArray, Struct)):
-                raise TypeError(
-                    f"back-end {self.name!r}: kind({type_name(t)}) guards the class only: an "
-                    f"argument of another {'dtype' if issubclass(t, DeviceArray) else 'layout'} "
-                    "would run this signature's code; give the Kind its dtype"
-                )
-            namespace[f"_C{i}"], namespace[f"_D{i}"], namespace[f"_X{i}"] = k.cls, k.dtype, k.exact
-            namespace.update({f"_{key}{i}": v for key, v in k.values.items()})
-        what = ", ".join(map(type_name, (instance or ()) + tt))
-        with self._lock():
-            made = self._factories.get(ident)
-            if made is None:
-                factory = codegen.generate(
-                    self.template, parts, namespace, f"{self.name} invoker of ({what})", **params
-                )
-                made = self._factories[ident] = (factory, kinds)
-        return made
-
-    def _check(self, kinds: list[Kind], where: Any, f: Any, args: tuple[Any, ...]) -> None:
-        """What the kinds check of the values (captured ones too) against the where: a
-        ValueError naming the value that is not right there."""
-        captured = _values_of(f)
-        for i, (k, v) in enumerate(zip(kinds, (*captured, *args))):
-            wrong = None if k.check is None else k.check(where, v)
-            if wrong is not None:
-                name = _name_of(self.definitions.kernel_type(f))
-                what = (
-                    f"captured value {i}"
-                    if i < len(captured)
-                    else f"argument {i - len(captured)} of kernel {name} (counting launch "
-                    "arguments from 0)"
-                )
-                raise ValueError(
-                    f"{what} of kernel {name} is {wrong}"
-                    if i < len(captured)
-                    else f"{what} is {wrong}"
-                )
 
     def argtypes(self, args: tuple[Any, ...], F: Any = None) -> tuple[type, ...]:
         """``typeof`` of each argument; an error names its position (and the kernel ``F``)."""
@@ -423,7 +266,7 @@ class Launcher:
         where, opts = self.where_of(**options)
         linked = self._lookup(F, tt, self.key(where, kw))
         self.check_fork()  # again: a compile hook of the lookup may have forked
-        invoke = self._invoker(linked, F, tt)[0]
+        invoke = self.invokers.of(linked, _instance(F), tt)[0]
         return host_kernel(f, tt, linked, where, invoke, dict(zip(self.options, opts)))
 
     def mismatch(self, hk: HostKernel, args: tuple[Any, ...], opts: tuple[Any, ...]) -> Any:
@@ -437,7 +280,7 @@ class Launcher:
         if len(tt) == len(hk.tt) and all(
             t is s or (issubclass(t, WeakScalar) and t.default is s) for t, s in zip(tt, hk.tt)
         ):
-            return self._invoker(hk.linked, F, tt)[0](hk.f, args, *opts, True)
+            return self.invokers.of(hk.linked, _instance(F), tt)[0](hk.f, args, *opts, True)
         raise TypeError(
             f"a HostKernel of {signature(hk.linked.name, hk.linked.tt)} was called with "
             f"arguments of types ({', '.join(map(type_name, tt))}), not the types it was looked "
@@ -540,9 +383,8 @@ def forget(part: Any) -> list[Any]:
     for launcher in list(_launchers):
         for F in list(launcher._kernels):
             cell = getattr(F, launcher.attr, None)
-            entries = () if cell is None else (cell[0], *cell[1])
-            if any(names(e[1]) for e in entries):
-                _publish(cell, tuple(e for e in entries if not names(e[1])))
+            if cell is not None and any(names(e[1]) for e in (cell[0], *cell[1])):
+                _publish(cell, tuple(e for e in (cell[0], *cell[1]) if not names(e[1])))
     forget_key(part)
     dropped = _compiler.forget_context(part)
     for linked in dropped:
@@ -617,6 +459,11 @@ def _name_of(F: Any) -> str:
 
 def _captured_of(F: Any) -> tuple[type, ...]:
     return () if isinstance(F, Kernel) else tuple(F.captured)
+
+
+def _instance(F: Any) -> tuple[type, ...] | None:
+    """A kernel instance type's captured types; None for a kernel."""
+    return None if isinstance(F, Kernel) else tuple(F.captured)
 
 
 def _values_of(f: Any) -> tuple[Any, ...]:

@@ -414,7 +414,7 @@ def invoker(tt, lookup_tt=None, instance=None):
     """The invoker of concrete types ``tt`` (looked up as ``lookup_tt``) bound to a stand-in
     linked kernel, and its factory."""
     launcher = cuda._launch._launcher
-    factory = launcher._factory(instance, tt if lookup_tt is None else lookup_tt, tt)[0]
+    factory = launcher.invokers.factory(instance, tt if lookup_tt is None else lookup_tt, tt)[0]
     return factory(Fun(tt)), factory
 
 
@@ -568,8 +568,8 @@ def test_concurrent_launches_of_one_signature_each_pass_their_own_values():
 def test_launcher_source_is_generated_per_signature_and_holds_no_values():
     tt = (A[np.uint8], np.uint8, np.float32)
     launcher = cuda._launch._launcher
-    factory = launcher._factory(None, tt, tt)[0]
-    assert launcher._factory(None, tt, tt)[0] is factory
+    factory = launcher.invokers.factory(None, tt, tt)[0]
+    assert launcher.invokers.factory(None, tt, tt)[0] is factory
     (gen,) = [g for g in specializer.generated_sources() if g.name == factory.__name__]
     assert gen.template == "cuda_launch.py.j2"
     assert "v.a2 = a2" in gen.source and "_launch(_function" in gen.source
@@ -2337,7 +2337,7 @@ def test_a_kernel_keeps_an_entry_per_context_so_alternating_contexts_never_miss(
     launcher = cuda._launch._launcher
     tt = (A[np.float32], np.float32, Weak[int])
     resolved = (A[np.float32], np.float32, np.int64)
-    factory = launcher._factory(None, tt, resolved)[0]
+    factory = launcher.invokers.factory(None, tt, resolved)[0]
     contexts = [Ctx(), Ctx()]
     wheres = [(ContextKey(c), ()) for c in contexts]
     functions, misses, called = [object(), object()], [], []

@@ -123,7 +123,7 @@ def _fresh_entries():
     out = {}
     for n, (launcher, full, resolved, ncap) in enumerate(cases, 90):
         instance = full[:ncap] if ncap else None
-        parts, params, _ = launcher.invoker_params(instance, full[ncap:], resolved)
+        parts, params, _ = launcher.invokers.params(instance, full[ncap:], resolved)
         name = f"{parts[0]}__{n}"  # numbered, as a later invoker of one name is
         out[name] = (launcher.template, render(launcher.template, name=name, **params))
         for part in ("launch", "cell", "where", "host"):

@@ -173,7 +173,7 @@ def test_cuda_refuses_out_of_range_weak_values_before_the_driver_call():
 
     launcher = cuda._launch._launcher
     resolved = (cuda.Array[np.float32], np.float32, np.int32)
-    factory = launcher._factory(None, (resolved[0], Weak[float], Weak[int]), resolved)[0]
+    factory = launcher.invokers.factory(None, (resolved[0], Weak[float], Weak[int]), resolved)[0]
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
     linked.invokers = {}
     invoke = factory(linked)
@@ -298,7 +298,7 @@ def test_cuda_packs_a_float_types_printed_max_and_refuses_what_rounds_to_an_infi
 
     launcher = cuda._launch._launcher
     resolved = (cuda.Array[t], t)
-    factory = launcher._factory(None, (resolved[0], Weak[float]), resolved)[0]
+    factory = launcher.invokers.factory(None, (resolved[0], Weak[float]), resolved)[0]
     linked = types.SimpleNamespace(name="put", tt=resolved, context=None, function=object())
     linked.invokers = {}
     invoke = factory(linked)

@@ -205,7 +205,7 @@ def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
             (fill, launcher.tt_of(TT), RESOLVED),
             (nothing, (), ()),
         ):
-            factory = launcher._factory(lookup_tt, resolved, 0, False)
+            factory = launcher.invokers.factory(lookup_tt, resolved, 0, False)
             glb = factory.__globals__
             patched.append(glb)
             glb["_saved_launch"], glb["_launch"] = glb["_launch"], stub.launch

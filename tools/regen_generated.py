@@ -47,7 +47,7 @@ def _invokers(launcher, *signatures) -> list[tuple[str, tuple[str, ...], dict]]:
     the concrete types they take)."""
     out = []
     for instance, tt, resolved in signatures:
-        parts, params, _ = launcher.invoker_params(instance, tt, resolved)
+        parts, params, _ = launcher.invokers.params(instance, tt, resolved)
         out.append((launcher.template, parts, params))
     return out
 

@@ -287,7 +287,9 @@ class OpenCLBackend(Backend):
     def relink(self, job: CompilerJob, artifact: Any, context: Hashable, linked: Any) -> Any:
         # The program is kept per included headers' contents: after an edit (and a new
         # world: a redefinition or bump()), the kernel is built again.
-        ctx = context.context() if isinstance(context, ContextKey) else None
+        if not isinstance(context, ContextKey):
+            return linked
+        ctx = context.context()
         built = None if ctx is None else self._build(job, artifact, context, ctx)
         if built is None or built is linked.built:
             return linked
