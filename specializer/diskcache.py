@@ -188,7 +188,8 @@ def private_dir(name: str, create: bool) -> Path | None:
 
 def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None:
     """The bytes (at most ``max_size``) of the user's own regular file at ``path`` that no one
-    else can write, else ``None``; ``touch`` marks it used (its modification time)."""
+    else can write, else ``None``; ``touch`` marks it used (its modification time), but in
+    precompile-output mode, which changes nothing on disk."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
@@ -197,7 +198,7 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
-        if touch:
+        if touch and not precompile.generating_output():
             with contextlib.suppress(OSError):
                 os.utime(fd if os.utime in os.supports_fd else path)
         with open(fd, "rb", closefd=False) as f:  # reads until EOF or the size asked

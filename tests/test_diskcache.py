@@ -4,6 +4,7 @@ written again; with no home directory the disk caches are off with one warning; 
 ``XDG_CACHE_HOME`` is ignored. Each case runs in a fresh interpreter, as a user's next
 process would."""
 
+import contextlib
 import json
 import os
 import pwd
@@ -562,3 +563,46 @@ def test_real_timer_interrupts_of_disk_cache_writes_leave_no_temporary_file(cach
     names = sorted(p.name for p in templates.iterdir())
     assert set(names) <= {"e0", "e1", "e2", "e3"}, names  # no .tmp left
     assert all(diskcache.read_entry(templates, n, 1 << 30) == payload for n in names)
+
+
+@contextlib.contextmanager
+def _environment_precompile():
+    """As SPECIALIZER_PRECOMPILE_OUTPUT=1 at import sets the mode, for a block (with no
+    switch in effect, which an earlier test may have left)."""
+    from specializer import world
+
+    switch = world.switch_precompile(None)
+    world.set_environment_precompile(True)
+    try:
+        yield
+    finally:
+        world.set_environment_precompile(False)
+        world.switch_precompile(switch)
+
+
+@pytest.mark.parametrize("how", ["block", "switch", "env"])
+def test_reading_an_entry_in_precompile_mode_does_not_mark_it_used(caches, how):
+    # SPEC 6: nothing of the disk caches is changed, not even an entry's modification time
+    # (least-recently-used eviction's clock); outside the mode a read marks it used.
+    import specializer
+    from specializer import diskcache
+
+    templates, cuda = caches
+    hour_ago = int((time.time() - 3600) * 1e9)
+    for d in caches:
+        assert diskcache.write_entry(d, "entry", b"payload")
+        os.utime(d / "entry", ns=(hour_ago, hour_ago))
+    mode = {
+        "block": specializer.precompile_output,
+        "switch": lambda: specializer.precompile_output(True),
+        "env": _environment_precompile,
+    }[how]
+    with mode():
+        assert specializer.generating_output()
+        for d in caches:
+            assert diskcache.read_entry(d, "entry", 1 << 20) == b"payload"
+    assert not specializer.generating_output()
+    assert {(d / "entry").stat().st_mtime_ns for d in caches} == {hour_ago}
+    assert diskcache.read_entry(templates, "entry", 1 << 20) == b"payload"
+    assert (templates / "entry").stat().st_mtime_ns > hour_ago  # marked used
+    assert (cuda / "entry").stat().st_mtime_ns == hour_ago
