@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import operator
 import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -280,6 +281,7 @@ class Block:
     def __init__(self, value: Any) -> None:
         self.value = value
         self._begun = False
+        self._thread: int | None = None  # the thread that entered it (a fork keeps its own)
 
     def active(self) -> bool:
         """Whether the block has begun and not ended."""
@@ -294,6 +296,7 @@ class Block:
                 if self._begun:
                     raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
                 self._begun = began = True
+                self._thread = threading.get_ident()
                 _publish(snapshot._replace(blocks=(*snapshot.blocks, weakref.ref(self)), **changes))
         except BaseException:
             if began:
@@ -396,10 +399,14 @@ def _after_fork_in_child() -> None:
     # Every lock fresh (a parent's thread may have held one), then a world of the child's own:
     # nothing cached is reused before a back-end has checked its devices may be used here. The
     # pins stay (the forking thread may run in one), without a lookup world until a slow path.
+    # Only the forking thread's blocks stay: no other thread is here to end its own, or to be
+    # called back by its hook (the forking thread keeps its ident in the child).
     renew_all()
     _clear_pins()
     undo_in_flight()  # a definition another thread of the parent was making
-    _publish(snapshot._replace(latest=snapshot.latest + 1, forked=True))
+    me = threading.get_ident()
+    mine = tuple(r for r in snapshot.blocks if getattr(r(), "_thread", None) == me)
+    _publish(snapshot._replace(latest=snapshot.latest + 1, blocks=mine, forked=True))
 
 
 if hasattr(os, "register_at_fork"):
