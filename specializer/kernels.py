@@ -18,7 +18,15 @@ from .locks import new_lock
 from .lookup import specialize
 from .methods import GenericFunction, Method, signature_of
 from .suggest import decorator_keywords
-from .types import CONCRETE_SCALARS, DeviceArray, Struct, WeakScalar, public_module, type_name
+from .types import (
+    CONCRETE_SCALARS,
+    DeviceArray,
+    Struct,
+    UnmatchableArray,
+    WeakScalar,
+    public_module,
+    type_name,
+)
 
 __all__ = [
     "SCALAR_TYPES",
@@ -369,6 +377,12 @@ class Definitions:
 
     def _unmatchable(self, t: type) -> str | None:
         """Why no argument can match annotation ``t``, saying what to write; None if some can."""
+        if issubclass(t, UnmatchableArray):  # Array[int]: let through by the subscript
+            return (
+                f"{type_name(t)}, which no argument matches: an array's element type is a "
+                f"numpy scalar type or dtype, and {type_name(t.element)} is none; annotate it "
+                f"with {t.instead()}"
+            )
         if t in _PYTHON_SCALARS:
             takes, instead = _PYTHON_SCALARS[t]
             return (
