@@ -71,6 +71,12 @@ class Backend(ABC):
         default), or code built again where a file it depends on (an included header) changed."""
         return linked
 
+    def recompile(self, job: CompilerJob, artifact: Artifact) -> Artifact:
+        """What to use in another world than ``artifact`` was last checked in: ``artifact``
+        (the default), or ``job`` compiled again where a file it was compiled from (an
+        included header) changed; a new artifact is linked afresh. ``job.callees`` is unset."""
+        return artifact
+
 
 #: A dispatch compiled code depends on: (generic function, argument types, the method chosen).
 Dependency = tuple[GenericFunction, tuple[type, ...], Method]
@@ -206,16 +212,32 @@ def body_traceback(e: BaseException) -> tuple[bool, Any]:
 class CodeInstance:
     """Compiled code for (method instance, config), valid in ``[min_world, max_world]``."""
 
-    __slots__ = ("__weakref__", "artifact", "config", "linked", "max_world", "mi", "min_world")
+    __slots__ = (
+        "__weakref__",
+        "artifact",
+        "checked",
+        "config",
+        "linked",
+        "max_world",
+        "mi",
+        "min_world",
+    )
 
     def __init__(
-        self, mi: MethodInstance, config: CompilerConfig, artifact: Artifact, min_world: int
+        self,
+        mi: MethodInstance,
+        config: CompilerConfig,
+        artifact: Artifact,
+        min_world: int,
+        checked: int = 0,
     ) -> None:
         self.mi = mi
         self.config = config
         self.artifact = artifact
         self.min_world = min_world
         self.max_world = _world.WORLD_MAX
+        #: the world ``artifact`` was compiled or last checked in (Backend.recompile)
+        self.checked = checked
         #: context -> (the world it was linked or last checked in, what link returned)
         self.linked: dict[Hashable, tuple[int, Any]] = {}
 
@@ -300,7 +322,8 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
         e.args = (f"{e.args[0] if e.args else ''}{_same_names_note(job)}", *e.args[1:])
         raise
     _compiles += 1
-    return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
+    min_world = max(m.min_world for _, _, m in deps)
+    return CodeInstance(job.mi, job.config, artifact, min_world, job.world), deps
 
 
 def _tracked(registry: _Registry, prune: bool = False) -> list[CodeInstance]:
@@ -350,6 +373,18 @@ def _find(job: CompilerJob) -> CodeInstance | None:
     return next((ci for ci in job.mi.code.get(job.config._key, ()) if ci.valid(job.world)), None)
 
 
+def _check(job: CompilerJob, ci: CodeInstance) -> None:
+    """``ci``'s artifact as the back-end would compile it in ``job.world``, checked once per
+    world (an edited header, SPEC 3); a new one drops what was linked of the old one first,
+    so an interrupt between the stores leaves the old artifact to be linked and checked."""
+    if ci.checked != job.world:
+        artifact = job.config.backend.recompile(job, ci.artifact)  # raises: nothing changes
+        if artifact is not ci.artifact:
+            ci.linked = {}
+            ci.artifact = artifact
+        ci.checked = job.world
+
+
 def _sweep(ended: list[Any], after: bool) -> None:
     """A definition's part in the cache (world lock held): before, record the code instances
     ``ended`` in ``_retained``; after its world is published, drop each recorded one no live
@@ -397,6 +432,8 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
+        else:
+            _check(job, ci)
         if _world.snapshot.blocks:  # a block of some kind is active
             _run_hooks(job, ci)
         linked = _linked(job, ci, context)
@@ -439,6 +476,8 @@ def compile_only(job: CompilerJob) -> CodeInstance:
         if ci is None:
             ci, deps = _compile(job)
             _store(job, ci, deps)
+        else:
+            _check(job, ci)
         _run_hooks(job, ci)
     return ci
 
