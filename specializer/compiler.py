@@ -125,13 +125,17 @@ class CompilerConfig:
 class CompilerJob:
     """What to compile: a method instance, a config, and the world it is compiled in."""
 
-    __slots__ = ("callees", "config", "mi", "world")
+    __slots__ = ("_sources", "callees", "config", "method_options", "mi", "world")
 
     def __init__(self, mi: MethodInstance, config: CompilerConfig, world: int) -> None:
         self.mi = mi
         self.config = config
         self.world = world
         self.callees: tuple[MethodInstance, ...] = ()  # set by the cache, dependencies first
+        #: the options the methods' sources gave (``KernelSource(options=...)``, the callees'
+        #: first) as its code was compiled: set by the cache before the compile hooks run
+        self.method_options: tuple[Any, ...] = ()
+        self._sources: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -139,8 +143,11 @@ class CompilerJob:
         return self.mi.method.gf.name
 
     def device_sources(self) -> list[str]:
-        """Each callee's source (dependencies first), then the kernel's."""
-        return [_generate(mi) for mi in (*self.callees, self.mi)]
+        """Each callee's source (dependencies first), then the kernel's (each body is called
+        once per job)."""
+        if self._sources is None:
+            self._sources = [_generate(mi) for mi in (*self.callees, self.mi)]
+        return list(self._sources)
 
     def __repr__(self) -> str:
         return f"CompilerJob({self.mi!r}, {self.config!r}, world={self.world})"
@@ -219,6 +226,7 @@ class CodeInstance:
         "config",
         "linked",
         "max_world",
+        "method_options",
         "mi",
         "min_world",
     )
@@ -238,6 +246,8 @@ class CodeInstance:
         self.max_world = _world.WORLD_MAX
         #: the world ``artifact`` was compiled or last checked in (Backend.recompile)
         self.checked = checked
+        #: the options its methods' sources gave (CompilerJob.method_options)
+        self.method_options: tuple[Any, ...] = ()
         #: context -> (the world it was linked or last checked in, what link returned)
         self.linked: dict[Hashable, tuple[int, Any]] = {}
 
@@ -323,7 +333,9 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
         raise
     _compiles += 1
     min_world = max(m.min_world for _, _, m in deps)
-    return CodeInstance(job.mi, job.config, artifact, min_world, job.world), deps
+    ci = CodeInstance(job.mi, job.config, artifact, min_world, job.world)
+    ci.method_options = tuple(o for s in job._sources or () for o in getattr(s, "options", ()))
+    return ci, deps
 
 
 def _tracked(registry: _Registry, prune: bool = False) -> list[CodeInstance]:
@@ -483,6 +495,7 @@ def compile_only(job: CompilerJob) -> CodeInstance:
 
 
 def _run_hooks(job: CompilerJob, ci: CodeInstance) -> None:
+    job.method_options = ci.method_options
     for hook in _world.hooks():
         hook(job, ci.artifact)
 
