@@ -293,11 +293,16 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
                 cmi = gf.methodinstance((), job.world)
             except MethodError:
                 sig = signature(method.gf.name, method.signature)
+                why = (
+                    f"(its method was deleted with {gf.name}.delete_method). Define {gf.name} again"
+                    if not gf.methods(job.world)  # else methods taking arguments: no callee
+                    else f"taking no arguments: a callee is a device function. Define {gf.name} "
+                    "with the back-end's device decorator"
+                )
                 raise CompileError(
                     f"kernel {job.name} cannot be compiled: {sig} calls device function "
                     f"{gf.name} (in its callees=), which has no method in world {job.world} "
-                    f"(its method was deleted with {gf.name}.delete_method). Define {gf.name} "
-                    "again, or define the caller again without it in callees="
+                    f"{why}, or define the caller again without it in callees="
                 ) from None
             deps.append((gf, (), cmi.method))
             visit(cmi.method, (*path, gf))
