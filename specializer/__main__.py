@@ -62,7 +62,8 @@ status is the program's; what was generated is shown even when the program fails
 Writing is refused in precompile-output mode ({env}=1).
 
 With --device-source, the device source of every kernel the program looked up (each
-distinct source once, with the kernel, its argument types and its back-end) follows,
+distinct source once, with the kernel, its argument types, its back-end and the options
+it was built with: its methods' KernelSource options, then the launch's) follows,
 printed or written as DEVICE_<backend>_<kernel>_<types>.cl (.cu for CUDA, .device for
 another back-end). It is collected by a compile hook (specializer.device_code) that is
 on while the program runs, so every launch takes the slow path, as inside such a block:

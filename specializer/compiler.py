@@ -65,6 +65,12 @@ class Backend(ABC):
         default), or code built again where a file it depends on (an included header) changed."""
         return linked
 
+    def recompile(self, job: CompilerJob, artifact: Artifact) -> Artifact:
+        """What to use in another world than ``artifact`` was last checked in: ``artifact``
+        (the default), or ``job`` compiled again where a file it was compiled from (an
+        included header) changed; a new artifact is linked afresh. ``job.callees`` is unset."""
+        return artifact
+
 
 #: A dispatch compiled code depends on: (generic function, argument types, the method chosen).
 Dependency = tuple[GenericFunction, tuple[type, ...], Method]
@@ -113,13 +119,17 @@ class CompilerConfig:
 class CompilerJob:
     """What to compile: a method instance, a config, and the world it is compiled in."""
 
-    __slots__ = ("callees", "config", "mi", "world")
+    __slots__ = ("_sources", "callees", "config", "method_options", "mi", "world")
 
     def __init__(self, mi: MethodInstance, config: CompilerConfig, world: int) -> None:
         self.mi = mi
         self.config = config
         self.world = world
         self.callees: tuple[MethodInstance, ...] = ()  # set by the cache, dependencies first
+        #: the options the methods' sources gave (``KernelSource(options=...)``, the callees'
+        #: first) as its code was compiled: set by the cache before the compile hooks run
+        self.method_options: tuple[Any, ...] = ()
+        self._sources: list[str] | None = None
 
     @property
     def name(self) -> str:
@@ -127,8 +137,11 @@ class CompilerJob:
         return self.mi.method.gf.name
 
     def device_sources(self) -> list[str]:
-        """Each callee's source (dependencies first), then the kernel's."""
-        return [_generate(mi) for mi in (*self.callees, self.mi)]
+        """Each callee's source (dependencies first), then the kernel's (each body is called
+        once per job)."""
+        if self._sources is None:
+            self._sources = [_generate(mi) for mi in (*self.callees, self.mi)]
+        return list(self._sources)
 
     def __repr__(self) -> str:
         return f"CompilerJob({self.mi!r}, {self.config!r}, world={self.world})"
@@ -200,16 +213,35 @@ def body_traceback(e: BaseException) -> tuple[bool, Any]:
 class CodeInstance:
     """Compiled code for (method instance, config), valid in ``[min_world, max_world]``."""
 
-    __slots__ = ("__weakref__", "artifact", "config", "linked", "max_world", "mi", "min_world")
+    __slots__ = (
+        "__weakref__",
+        "artifact",
+        "checked",
+        "config",
+        "linked",
+        "max_world",
+        "method_options",
+        "mi",
+        "min_world",
+    )
 
     def __init__(
-        self, mi: MethodInstance, config: CompilerConfig, artifact: Artifact, min_world: int
+        self,
+        mi: MethodInstance,
+        config: CompilerConfig,
+        artifact: Artifact,
+        min_world: int,
+        checked: int = 0,
     ) -> None:
         self.mi = mi
         self.config = config
         self.artifact = artifact
         self.min_world = min_world
         self.max_world = _world.WORLD_MAX
+        #: the world ``artifact`` was compiled or last checked in (Backend.recompile)
+        self.checked = checked
+        #: the options its methods' sources gave (CompilerJob.method_options)
+        self.method_options: tuple[Any, ...] = ()
         #: context -> (the world it was linked or last checked in, what link returned)
         self.linked: dict[Hashable, tuple[int, Any]] = {}
 
@@ -255,11 +287,16 @@ def _dependencies(job: CompilerJob) -> list[Dependency]:
                 cmi = gf.methodinstance((), job.world)
             except MethodError:
                 sig = signature(method.gf.name, method.signature)
+                why = (
+                    f"(its method was deleted with {gf.name}.delete_method). Define {gf.name} again"
+                    if not gf.methods(job.world)  # else methods taking arguments: no callee
+                    else f"taking no arguments: a callee is a device function. Define {gf.name} "
+                    "with the back-end's device decorator"
+                )
                 raise CompileError(
                     f"kernel {job.name} cannot be compiled: {sig} calls device function "
                     f"{gf.name} (in its callees=), which has no method in world {job.world} "
-                    f"(its method was deleted with {gf.name}.delete_method). Define {gf.name} "
-                    "again, or define the caller again without it in callees="
+                    f"{why}, or define the caller again without it in callees="
                 ) from None
             deps.append((gf, (), cmi.method))
             visit(cmi.method, (*path, gf))
@@ -294,7 +331,10 @@ def _compile(job: CompilerJob) -> tuple[CodeInstance, list[Dependency]]:
         e.args = (f"{e.args[0] if e.args else ''}{_same_names_note(job)}", *e.args[1:])
         raise
     _compiles += 1
-    return CodeInstance(job.mi, job.config, artifact, max(m.min_world for _, _, m in deps)), deps
+    min_world = max(m.min_world for _, _, m in deps)
+    ci = CodeInstance(job.mi, job.config, artifact, min_world, job.world)
+    ci.method_options = tuple(o for s in job._sources or () for o in getattr(s, "options", ()))
+    return ci, deps
 
 
 def _tracked(registry: _Registry, prune: bool = False) -> list[CodeInstance]:
@@ -344,6 +384,18 @@ def _find(job: CompilerJob) -> CodeInstance | None:
     return next((ci for ci in job.mi.code.get(job.config._key, ()) if ci.valid(job.world)), None)
 
 
+def _check(job: CompilerJob, ci: CodeInstance) -> None:
+    """``ci``'s artifact as the back-end would compile it in ``job.world``, checked once per
+    world (an edited header, SPEC 3); a new one drops what was linked of the old one first,
+    so an interrupt between the stores leaves the old artifact to be linked and checked."""
+    if ci.checked != job.world:
+        artifact = job.config.backend.recompile(job, ci.artifact)  # raises: nothing changes
+        if artifact is not ci.artifact:
+            ci.linked = {}
+            ci.artifact = artifact
+        ci.checked = job.world
+
+
 def _sweep(ended: list[Any], after: bool) -> None:
     """A definition's part in the cache (world lock held): before, record the code instances
     ``ended`` in ``_retained``; after its world is published, drop each recorded one no live
@@ -391,6 +443,8 @@ def compile_and_link(job: CompilerJob, context: Hashable) -> tuple[CodeInstance,
         ci = _find(job)
         if ci is None:
             ci, deps = _compile(job)
+        else:
+            _check(job, ci)
         if _world.snapshot.blocks:  # a block of some kind is active
             _run_hooks(job, ci)
         linked = _linked(job, ci, context)
@@ -433,11 +487,14 @@ def compile_only(job: CompilerJob) -> CodeInstance:
         if ci is None:
             ci, deps = _compile(job)
             _store(job, ci, deps)
+        else:
+            _check(job, ci)
         _run_hooks(job, ci)
     return ci
 
 
 def _run_hooks(job: CompilerJob, ci: CodeInstance) -> None:
+    job.method_options = ci.method_options
     for hook in _world.hooks():
         hook(job, ci.artifact)
 

@@ -11,9 +11,9 @@ import contextlib
 import hashlib
 import os
 import re
+import secrets
 import stat
 import sys
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -49,6 +49,15 @@ _OPEN_FLAGS = (
     os.O_RDONLY
     | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_CLOEXEC", 0)
+    | getattr(os, "O_BINARY", 0)
+)
+#: creating an entry's temporary file: a new one, never through a symlink
+_CREATE_FLAGS = (
+    os.O_WRONLY
+    | os.O_CREAT
+    | os.O_EXCL
+    | getattr(os, "O_NOFOLLOW", 0)
     | getattr(os, "O_CLOEXEC", 0)
     | getattr(os, "O_BINARY", 0)
 )
@@ -179,7 +188,8 @@ def private_dir(name: str, create: bool) -> Path | None:
 
 def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None:
     """The bytes (at most ``max_size``) of the user's own regular file at ``path`` that no one
-    else can write, else ``None``; ``touch`` marks it used (its modification time)."""
+    else can write, else ``None``; ``touch`` marks it used (its modification time), but in
+    precompile-output mode, which changes nothing on disk."""
     try:
         fd = os.open(path, _OPEN_FLAGS)
     except OSError:  # missing, a symlink (ELOOP), a directory we cannot open...
@@ -188,7 +198,7 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
         st = os.fstat(fd)
         if _not_private(st, stat.S_IFREG) is not None or st.st_size > max_size:
             return None
-        if touch:
+        if touch and not precompile.generating_output():
             with contextlib.suppress(OSError):
                 os.utime(fd if os.utime in os.supports_fd else path)
         with open(fd, "rb", closefd=False) as f:  # reads until EOF or the size asked
@@ -202,21 +212,32 @@ def read_private(path: Path, max_size: int, touch: bool = False) -> bytes | None
 
 def write_private(directory: Path, filename: str, data: bytes) -> bool:
     """Write ``directory/filename`` whole (``0600``, renamed into place), but in
-    precompile-output mode; whether it was written (never raises)."""
+    precompile-output mode; whether it was written (never raises but an interrupt, which
+    leaves neither the entry half-written nor the temporary file)."""
     if precompile.generating_output():
         return False
-    tmp = None
+    # Named before it exists, so an interrupt just after the open still knows what to remove.
+    tmp = directory / f".{filename[:16]}.{secrets.token_hex(8)}.tmp"
+    fd = -1
     try:
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{filename[:16]}.", suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
+        fd = os.open(tmp, _CREATE_FLAGS, 0o600)
+        with open(fd, "wb", closefd=False) as f:
             f.write(data)
+        fd, written = -1, fd  # given up before closed: an interrupt never closes it twice
+        os.close(written)
         os.replace(tmp, directory / filename)  # replaces whatever was there, FIFO or link
         return True
-    except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    except FileExistsError:  # another writer's name (never one of ours: it is random)
         return False
+    except BaseException as e:
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            return False
+        raise
 
 
 def _digest(filename: str, payload: bytes) -> bytes:

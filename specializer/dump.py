@@ -11,6 +11,7 @@ import os
 import re
 import runpy
 import secrets
+import shlex
 import shutil
 import stat
 import sys
@@ -269,12 +270,12 @@ class DeviceSource(NamedTuple):
 
     backend: str  # the back-end's name ("opencl", "cuda")
     kernel: str  # the kernel and its argument types, ``fill(Array[np.float32], np.float32)``
-    options: str  # its compiler options, "" if none
+    options: str  # what it was built with: its methods' options, the launch's; "" if none
     source: str
 
     @property
     def what(self) -> str:
-        options = f" with options {self.options}" if self.options else ""
+        options = f" with {self.options}" if self.options else ""
         return f"{self.backend} kernel {self.kernel}{options}"
 
 
@@ -286,8 +287,14 @@ def collect_device_sources() -> dict[DeviceSource, None]:
 
     def record(job: Any, artifact: Any) -> None:  # under the compiled-code cache's lock
         kernel = signature(job.name, job.mi.tt)
-        options = "" if job.config.options in ((), None) else repr(job.config.options)
-        found.setdefault(DeviceSource(job.config.backend.name, kernel, options, artifact.source))
+        options = []  # the source's own (-DT=float), then the launch's compiler options
+        if job.method_options:
+            options.append(f"method options {shlex.join(map(str, job.method_options))}")
+        if job.config.options not in ((), None):
+            options.append(f"compiler options {job.config.options!r}")
+        found.setdefault(
+            DeviceSource(job.config.backend.name, kernel, ", ".join(options), artifact.source)
+        )
 
     hook = device_code(record)
     hook.__enter__()  # never left; kept alive, as a block ends when its object dies

@@ -13,7 +13,16 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-__all__ = ["MAX_BYTES", "MAX_FILES", "digest", "include_dirs", "keyed", "scan"]
+__all__ = [
+    "MAX_BYTES",
+    "MAX_FILES",
+    "digest",
+    "include_dirs",
+    "keyed",
+    "option_values",
+    "pre_includes",
+    "scan",
+]
 
 #: The most files, and bytes in all, a computed include's search path may hold to be keyed.
 MAX_FILES = 256
@@ -35,17 +44,38 @@ _NAME = re.compile(r'"([^"\n]+)"|<([^>\n]+)>')
 
 def include_dirs(options: Sequence[str]) -> list[str]:
     """The absolute paths of the ``-I`` directories in ``options`` (``-Idir``, ``-I dir``,
-    ``--include-path=dir``, ``--include-path dir``), in order."""
+    ``-I=dir``, ``--include-path=dir``, ``--include-path dir``), in order."""
+    return [
+        os.path.abspath(p) for p in option_values(options, ("-I", "--include-path"), joined="-I")
+    ]
+
+
+def pre_includes(options: Sequence[str]) -> list[str]:
+    """The headers ``options`` include before the source (``-include h``, ``-include=h``,
+    ``--pre-include=h``, ``--pre-include h``), in order, as given: each is found as a quoted
+    ``#include`` of the source is (:func:`scan`'s ``pre_includes``)."""
+    return option_values(options, ("-include", "--pre-include"))
+
+
+def option_values(options: Sequence[str], flags: Sequence[str], joined: str = "") -> list[str]:
+    """The values of the options spelled by ``flags``: ``flag=value``, ``flag value`` and,
+    for the flag ``joined``, ``flagvalue`` too (``-Idir``)."""
     out: list[str] = []
     opts = iter(options)
     for opt in opts:
         o = opt.strip()
-        for flag in ("-I", "--include-path=", "--include-path", "-include-path="):
-            if o.startswith(flag):
-                path = o[len(flag) :].strip() or next(opts, "").strip()  # "-I dir": the next
-                if path:
-                    out.append(os.path.abspath(path))
-                break
+        for flag in flags:
+            if o == flag:
+                value = next(opts, "").strip()  # "-I dir": the next
+            elif o.startswith(flag + "="):
+                value = o[len(flag) + 1 :].strip()
+            elif flag == joined and o.startswith(flag):
+                value = o[len(flag) :].strip()
+            else:
+                continue
+            if value:
+                out.append(value)
+            break
     return out
 
 
@@ -54,13 +84,23 @@ def scan(
     include_dirs: Sequence[str],
     headers: Mapping[str, str] | None = None,
     source_dir: str | None = None,
+    pre_includes: Sequence[str] = (),
+    whole_files: Sequence[str] = (),
 ) -> tuple[tuple[str, str], ...]:
     """Every include of ``source`` and, recursively, of the user files it includes, as sorted
     ``(name, sha256)``: ``file:<absolute path>``, ``header:<name>`` (in memory),
-    ``unresolved:<name>`` (empty digest); past the cap, ``unkeyed:<directory>`` ends the scan."""
+    ``unresolved:<name>`` (empty digest); past the cap, ``unkeyed:<directory>`` ends the scan.
+    ``pre_includes`` are headers included before the source (as its first quoted includes);
+    ``whole_files`` other files the compiler reads (a precompiled header), not scanned."""
     headers = dict(headers or {})
     dirs = [os.path.abspath(d) for d in include_dirs]
     found: dict[str, str] = {}
+    for path in whole_files:
+        whole = _read(path)
+        key = f"unresolved:{path}" if whole is None else whole[0]
+        found[key] = "" if whole is None else _sha256(whole[1])
+    if pre_includes:  # a name holding a quote or a newline is found nowhere, and counts so
+        source = "".join(f'#include "{h}"\n' for h in pre_includes) + source
     walked: set[str] = set()  # the directories whose every file counts already
     budget = [MAX_FILES, MAX_BYTES]
     # (text, the directory quoted includes of it look in first, or None for in-memory text)
@@ -86,9 +126,13 @@ def scan(
                 if content is None:
                     found[key] = ""
                     continue
-                found[key] = hashlib.sha256(content.encode("utf-8", "surrogateescape")).hexdigest()
+                found[key] = _sha256(content)
                 todo.append((content, where))
     return tuple(sorted(found.items()))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def _directives(text: str) -> str:
@@ -160,10 +204,12 @@ def digest(
     include_dirs: Sequence[str],
     headers: Mapping[str, str] | None = None,
     source_dir: str | None = None,
+    pre_includes: Sequence[str] = (),
+    whole_files: Sequence[str] = (),
 ) -> str:
     """A hex SHA-256 of what :func:`scan` finds, ``''`` when the source includes nothing;
     past the cap, a value never returned before, for which :func:`keyed` is False."""
-    found = scan(source, include_dirs, headers, source_dir)
+    found = scan(source, include_dirs, headers, source_dir, pre_includes, whole_files)
     if not found:
         return ""
     if any(name.startswith(_UNKEYED) for name, _ in found):

@@ -18,7 +18,15 @@ from .locks import new_lock
 from .lookup import specialize
 from .methods import GenericFunction, Method, signature_of
 from .suggest import decorator_keywords
-from .types import CONCRETE_SCALARS, DeviceArray, Struct, WeakScalar, public_module, type_name
+from .types import (
+    CONCRETE_SCALARS,
+    DeviceArray,
+    Struct,
+    UnmatchableArray,
+    WeakScalar,
+    public_module,
+    type_name,
+)
 
 __all__ = [
     "SCALAR_TYPES",
@@ -88,12 +96,46 @@ class _ByName:
         return self.__qualname__
 
 
+def _no_kernel(name: str, definitions: Definitions | None, callees: Any) -> Any:
+    """``callees`` (of ``name``) as a tuple, refused if one is a kernel: it would compile as a
+    callee taking no arguments, which no kernel method does. Not iterable: as given, for
+    ``add_method`` to say what callees are."""
+    try:
+        callees = tuple(callees)
+    except TypeError:
+        return callees
+    kernel = next((c for c in callees if isinstance(c, Kernel)), None)
+    if kernel is not None:
+        definitions = definitions or getattr(kernel, "_definitions", None)
+        module = "its back-end" if definitions is None else definitions.module
+        raise TypeError(
+            f"{kernel.name} is a kernel; a callee is a device function: "
+            f"@{module.rpartition('.')[2]}.device (in callees= of {name})"
+        )
+    return callees
+
+
+def _callees_checked(
+    gf: GenericFunction, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``add_method``'s arguments after ``signature`` (callees, localns), its callees checked
+    (:func:`_no_kernel`)."""
+    definitions = getattr(gf, "_definitions", None)
+    if args:
+        return (_no_kernel(gf.name, definitions, args[0]), *args[1:]), kwargs
+    if "callees" in kwargs:
+        return args, {**kwargs, "callees": _no_kernel(gf.name, definitions, kwargs["callees"])}
+    return args, kwargs
+
+
 class DeviceFunction(_ByName, GenericFunction):
     """A device function (callee): its one method takes no parameters and returns device
     source. ``@square.method`` replaces it, as running ``@device def square`` again does;
     ``square.delete_method(())`` removes it (a kernel calling it then fails to compile)."""
 
     def add_method(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        rest, kwargs = _callees_checked(self, args[1:], kwargs)  # after the signature
+        args = (*args[:1], *rest)
         if not args and "signature" not in kwargs:
             try:
                 params = list(inspect.signature(fn).parameters)
@@ -121,6 +163,7 @@ class Kernel(_ByName, GenericFunction):
 
     def add_method(self, fn: Any, signature: Any = None, *args: Any, **kwargs: Any) -> Method:
         """Add ``fn`` as a method, its annotations checked as ``@kernel`` checks them."""
+        args, kwargs = _callees_checked(self, args, kwargs)
         definitions = getattr(self, "_definitions", None)
         if signature is None and definitions is not None and callable(fn):
             localns = kwargs.get("localns", args[1] if len(args) > 1 else None)
@@ -321,6 +364,7 @@ class Definitions:
             raise TypeError(f"@kernel and @device decorate functions, got {fn!r}")
         name = fn.__name__
         sig = self.kernel_signature(name, fn, localns) if cls is Kernel else None  # checked first
+        callees = _no_kernel(name, self, callees)  # and these
         # A wrapping decorator's product is keyed by the def it wraps (SPEC 7), not by itself.
         try:
             inner: Callable[..., Any] = inspect.unwrap(fn)
@@ -369,6 +413,12 @@ class Definitions:
 
     def _unmatchable(self, t: type) -> str | None:
         """Why no argument can match annotation ``t``, saying what to write; None if some can."""
+        if issubclass(t, UnmatchableArray):  # Array[int]: let through by the subscript
+            return (
+                f"{type_name(t)}, which no argument matches: an array's element type is a "
+                f"numpy scalar type or dtype, and {type_name(t.element)} is none; annotate it "
+                f"with {t.instead()}"
+            )
         if t in _PYTHON_SCALARS:
             takes, instead = _PYTHON_SCALARS[t]
             return (

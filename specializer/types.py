@@ -20,6 +20,7 @@ __all__ = [
     "WEAK",
     "DeviceArray",
     "Struct",
+    "UnmatchableArray",
     "Weak",
     "WeakScalar",
     "argument_type",
@@ -102,6 +103,16 @@ class _ArrayMeta(_ArgTypeMeta):
             # ``class Array(DeviceArray[T])``, generic for type checkers: the family root itself
             return cast("type[DeviceArray[Any]]", cls)
         family: type[DeviceArray[Any]] = cls._family_root  # type: ignore[attr-defined]
+        if cls is not family:  # Array[np.float32][np.int32]: a typo, not Array[np.int32]
+            c = cast("type[DeviceArray[Any]]", cls)
+            has = c._whole if c._whole is not None else type_name(c.eltype)
+            raise TypeError(
+                f"{type_name(cls)} is already parametrized (its element type is {has}): "
+                f"subscript the family once, as in {family.__name__}[{type_name(eltype)}]"
+            )
+        if isinstance(eltype, type) and not issubclass(eltype, np.generic):
+            # No array's type, but no error here: its method's definition names the parameter.
+            return cast("type[DeviceArray[Any]]", _unmatchable_array(family, eltype))
         whole = _whole_dtype(eltype)
         t: Any = whole if whole is not None else _scalar_type(eltype)
         cached = family._interned.get(t)
@@ -164,6 +175,43 @@ class DeviceArray(_Parametric[EltypeT_co], metaclass=_ArrayMeta):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> DeviceArray[Any]:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not an array to create")
+
+
+class UnmatchableArray:
+    """``Array[int]``: an array annotation with an element type no array has (a Python or
+    other non-numpy type). Not an argument type: a method annotated with it is refused where
+    it is defined, naming the parameter (SPEC 8), which the subscript could not."""
+
+    #: the array family and the element type it was subscripted with
+    family: ClassVar[type[DeviceArray[Any]]]
+    element: ClassVar[type]
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> UnmatchableArray:
+        raise TypeError(f"{cls.__name__} matches no argument: it is no type to create")
+
+    @classmethod
+    def instead(cls) -> str:
+        """The annotation to write: ``Array[np.int64]`` for ``Array[int]``."""
+        family = cls.family.__name__
+        # the numpy type of a Python scalar's values, as every numpy version spells it
+        pythons = (int, float, bool, complex)
+        numpy = ("np.int64", "np.float64", "np.bool_", "np.complex128")
+        if cls.element in pythons:
+            return f"{family}[{numpy[pythons.index(cls.element)]}]"
+        return f"{family}[dtype] with a numpy scalar type or dtype ({family}[np.float32], ...)"
+
+
+def _unmatchable_array(family: type[DeviceArray[Any]], element: type) -> type[UnmatchableArray]:
+    """The one :class:`UnmatchableArray` class of ``family[element]`` (interned with the
+    family's array types: no numpy type is a key there)."""
+    with _intern_lock():
+        cached: Any = family._interned.get(element)
+        if cached is None:
+            ns = {"family": family, "element": element, "__module__": family.__module__}
+            name = f"{family.__name__}[{type_name(element)}]"
+            cached = _ArgTypeMeta(name, (UnmatchableArray,), ns)
+            family._interned[element] = cached
+        return cast("type[UnmatchableArray]", cached)
 
 
 class _StructMeta(_ArgTypeMeta):

@@ -1,15 +1,16 @@
 """World age: the definition counter (``latest()``) and each task's world (``current()``).
 
 :data:`snapshot` is immutable, replaced whole under :func:`lock`; the tasks' cells derive from it
-and are None between two stores (a slow path, :func:`refresh`). No library frame holds a pin in
-a local (a stored traceback must keep none); with-blocks are held weakly, so one whose
-``__exit__`` never ran ends with its with statement. See docs/design.md."""
+and are None between two stores (a slow path, :func:`refresh`). No library frame holds a pin or
+its token in a local (a stored traceback must keep none); with-blocks are held weakly, so one
+whose ``__exit__`` never ran ends with its with statement. See docs/design.md."""
 
 from __future__ import annotations
 
 import contextvars
 import operator
 import os
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -60,10 +61,17 @@ hot_cell: list[int | None] = [1, 1]
 _lock = new_lock()
 
 
-class _Pin(list):  # type: ignore[type-arg]
-    """A pinned task's cell: ``[0]`` None (its launches take the slow path), ``[1]`` its lookups'
-    world (None until a slow path sets it, and while lookups bypass), ``[2]`` its world. Made by
-    list's own constructor: no frame an interrupt could keep in a traceback with the pin in it."""
+# A pinned task's cell (a pin) is an exact list, ``[None, None, world]``: ``[0]`` None (its
+# launches take the slow path), ``[1]`` its lookups' world (None until a slow path sets it, and
+# while lookups bypass), ``[2]`` its world. Exact: CPython specializes subscripts of exact lists
+# only, so a pinned hit costs what an unpinned one does.
+
+
+class _PinToken(list):  # type: ignore[type-arg]
+    """``[pin]``: what keeps a pin in force. Set beside the pin in the same contexts (a list
+    takes no weak reference; this does), held weakly by the registry, through which it reaches
+    the pin to clear its lookup world. Made by list's own constructor: no frame an interrupt
+    could keep in a traceback with it in."""
 
     __slots__ = ("__weakref__",)
     __hash__ = object.__hash__  # type: ignore[assignment]  # by identity: a registry key
@@ -72,17 +80,21 @@ class _Pin(list):  # type: ignore[type-arg]
 _task: contextvars.ContextVar[list[Any]] = contextvars.ContextVar(
     "specializer_task_world", default=hot_cell
 )
-#: The calling task's cell: ``hot_cell``, or a pin (:class:`_Pin`).
+#: The calling task's cell: ``hot_cell``, or a pin (tell them apart by ``is hot_cell``).
 task_cell = _task.get
+#: The pin's token, in the contexts ``_task`` holds the pin in (None elsewhere).
+_token: contextvars.ContextVar[_PinToken | None] = contextvars.ContextVar(
+    "specializer_pin_token", default=None
+)
 # Set here and by the slow path where unset: CPython caches a context variable's value only
 # where it is set, which makes the hot paths' read about 90 instructions cheaper (3.11).
 _task.set(hot_cell)
 
-#: The pins: ``weak reference -> its world`` (a dead one is skipped by every reader). The
-#: callback, ``_dead_pins.append``, is C code (no frame an interrupt could stop, no lock: safe
-#: from the collector in any thread); :func:`settle` drops the entry.
-_pins: dict[weakref.ref[_Pin], int] = {}
-_dead_pins: list[weakref.ref[_Pin]] = []
+#: The pins: ``weak reference to its token -> its world`` (a dead one is skipped by every
+#: reader). The callback, ``_dead_pins.append``, is C code (no frame an interrupt could stop,
+#: no lock: safe from the collector in any thread); :func:`settle` drops the entry.
+_pins: dict[weakref.ref[_PinToken], int] = {}
+_dead_pins: list[weakref.ref[_PinToken]] = []
 #: Set when a dead pin's entry is dropped, until :func:`settle` releases what it kept.
 _unreleased: list[bool] = [False]
 #: What releases code kept for pins that died (the compiled-code cache's sweep).
@@ -106,13 +118,16 @@ def _publish(state: _State) -> None:
     hot_cell[0] = hot_cell[1] = None if bypass else snapshot.latest
 
 
+_first = operator.itemgetter(0)  # a token's pin
+
+
 def _clear_pins() -> None:
-    # Each live pin's lookup slot to None, in C calls only: no frame holds a pin, so a
+    # Each live pin's lookup slot to None, in C calls only: no frame holds a token, so a
     # traceback of an interrupt here keeps none.
     deque(
         map(
             operator.setitem,
-            filter(None, map(weakref.ref.__call__, list(_pins))),
+            map(_first, filter(None, map(weakref.ref.__call__, list(_pins)))),
             repeat(1),
             repeat(None),
         ),
@@ -126,11 +141,11 @@ def refresh() -> None:
         with _lock():
             if not _bypassing(snapshot):
                 _publish(snapshot)
-    # The pin is never bound to a name: a traceback of an interrupt here would keep it.
-    if _task.get()[1] is None and _task.get().__class__ is _Pin and not _bypassing(snapshot):
+    cell = _task.get()  # (a pin's cell keeps nothing in force: its token does)
+    if cell[1] is None and cell is not hot_cell and not _bypassing(snapshot):
         with _lock():  # a publication that bypasses clears it under this lock
             if not _bypassing(snapshot):
-                _task.get()[1] = _task.get()[2]
+                cell[1] = cell[2]
 
 
 def settle() -> None:
@@ -166,10 +181,8 @@ def latest() -> int:
 
 def current() -> int:
     """The calling task's world: the latest one unless the task is pinned."""
-    # The cell is never bound to a name: a traceback of an interrupt here would keep the pin.
-    if _task.get().__class__ is _Pin:
-        return _task.get()[2]  # type: ignore[no-any-return]
-    return snapshot.latest
+    cell = _task.get()
+    return snapshot.latest if cell is hot_cell else cell[2]
 
 
 def begin_definition(undo: Callable[[], object]) -> int:
@@ -249,10 +262,11 @@ def invoke_in_world(world: int, fn: Callable[..., R], /, *args: Any, **kwargs: A
 def _pinned(world: int, fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
     # Set, then registered before fn runs: an interrupt between the two ends the call before
     # anything could copy this context, and the pin dies with it.
-    _task.set(_Pin((None, None, world)))
+    _task.set([None, None, world])
+    _token.set(_PinToken((_task.get(),)))
     if _dead_pins:
         _forget_dead_pins()  # the registry holds the live pins and few dead ones
-    _pins[weakref.ref(_task.get(), _dead_pins.append)] = world  # type: ignore[arg-type]
+    _pins[weakref.ref(_token.get(), _dead_pins.append)] = world  # type: ignore[arg-type]
     return fn(*args, **kwargs)
 
 
@@ -265,6 +279,7 @@ def invokelatest(fn: Callable[..., R], /, *args: Any, **kwargs: Any) -> R:
 
 def _unpinned(fn: Callable[..., R], args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
     _task.set(hot_cell)
+    _token.set(None)  # a context made in here holds no pin
     return fn(*args, **kwargs)
 
 
@@ -280,6 +295,7 @@ class Block:
     def __init__(self, value: Any) -> None:
         self.value = value
         self._begun = False
+        self._thread: int | None = None  # the thread that entered it (a fork keeps its own)
 
     def active(self) -> bool:
         """Whether the block has begun and not ended."""
@@ -294,6 +310,7 @@ class Block:
                 if self._begun:
                     raise RuntimeError(f"{self!r} has begun already: each with-block needs its own")
                 self._begun = began = True
+                self._thread = threading.get_ident()
                 _publish(snapshot._replace(blocks=(*snapshot.blocks, weakref.ref(self)), **changes))
         except BaseException:
             if began:
@@ -396,10 +413,14 @@ def _after_fork_in_child() -> None:
     # Every lock fresh (a parent's thread may have held one), then a world of the child's own:
     # nothing cached is reused before a back-end has checked its devices may be used here. The
     # pins stay (the forking thread may run in one), without a lookup world until a slow path.
+    # Only the forking thread's blocks stay: no other thread is here to end its own, or to be
+    # called back by its hook (the forking thread keeps its ident in the child).
     renew_all()
     _clear_pins()
     undo_in_flight()  # a definition another thread of the parent was making
-    _publish(snapshot._replace(latest=snapshot.latest + 1, forked=True))
+    me = threading.get_ident()
+    mine = tuple(r for r in snapshot.blocks if getattr(r(), "_thread", None) == me)
+    _publish(snapshot._replace(latest=snapshot.latest + 1, blocks=mine, forked=True))
 
 
 if hasattr(os, "register_at_fork"):

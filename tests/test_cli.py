@@ -317,6 +317,40 @@ def test_dump_device_source_shows_each_kernels_device_source_once(tmp_path):
     assert not device.exists() and all(n.endswith(".py") for n in _listing(out))
 
 
+OPTIONS_PROGRAM = """
+    import numpy as np
+    import pyopencl.array as cla
+    from specializer.backends import opencl as cl
+
+    @cl.kernel
+    def scaled(x: cl.Array[np.floating]) -> str:
+        return cl.KernelSource(
+            "__kernel void scaled(__global T *x) { x[get_global_id(0)] = SCALE; }",
+            options=(f"-DT={cl.ctype(x.dtype)}",),
+        )
+
+    for dtype in (np.float32, np.float64):
+        x = cla.zeros(cl.default_queue(), 4, dtype)
+        cl.launch(scaled, x, global_size=4, options="-DSCALE=2")
+        print("program ran", x.get().tolist())
+"""
+
+
+def test_dump_device_source_shows_the_options_each_specialization_was_built_with(tmp_path):
+    # One source text, two specializations that differ only in their method's options
+    # (-DT=float, -DT=double): each is shown with them, and with the launch's.
+    pytest.importorskip("pyopencl")
+    prog = _program(tmp_path, OPTIONS_PROGRAM)
+    r = cli("dump", "--device-source", str(prog), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    source = "__kernel void scaled(__global T *x) { x[get_global_id(0)] = SCALE; }"
+    for array, ctype in (("np.float32", "float"), ("np.float64", "double")):
+        assert (
+            f"# --- device source of opencl kernel scaled(Array[{array}]) with method options "
+            f"-DT={ctype}, compiler options ('-DSCALE=2',)\n{source}\n"
+        ) in r.stdout
+
+
 # -- dump --out: refused before running --------------------------------------------------------
 
 

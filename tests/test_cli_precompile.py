@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -237,6 +238,10 @@ def test_a_render_kept_before_precompile_mode_is_read_while_it_is_on(tmp_path):
     assert _on_disk(cache, "off")  # the first process renders (Jinja) and keeps the renders
     kept = _files(cache)
     assert any(name.startswith("templates") for name in kept)
-    # every render read from disk (Jinja never imported), nothing written or removed
+    hour_ago = int((time.time() - 3600) * 1e9)
+    for name in kept:  # used an hour ago: a read that marked them used would show
+        os.utime(cache / name, ns=(hour_ago, hour_ago))
+    # every render read from disk (Jinja never imported), nothing written, removed or touched
     assert not _on_disk(cache, "on", mode_env=True)
     assert _files(cache) == kept
+    assert {(cache / name).stat().st_mtime_ns for name in kept} == {hour_ago}

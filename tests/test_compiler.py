@@ -479,3 +479,51 @@ def test_forget_context_drops_what_was_linked_for_it_and_keeps_the_code():
     ci2, again = compile_and_link(CompilerJob(mi, CONFIG, latest()), "gone")
     assert ci2 is ci and compile_count() == n  # linked again, not compiled again
     assert again is not handle
+
+
+def test_code_a_changed_file_decides_is_compiled_again_once_per_new_world_and_linked_afresh():
+    # Backend.recompile (SPEC 3): a back-end whose artifact depends on a file (an included
+    # header, here a list) is asked once per world whether the code still holds; a new
+    # artifact is what code_of returns and what every context links afresh. The same world
+    # keeps its code; so does the default (PyBackend), which recompiles nothing.
+    from pybackend import PyBackend
+
+    from specializer.kernels import code_of
+
+    header = ["1"]
+    asked = []
+
+    class HeaderBackend(PyBackend):
+        def compile(self, job):
+            artifact = super().compile(job)
+            return type(artifact)(artifact.source, artifact.code), header[0]
+
+        def recompile(self, job, artifact):
+            asked.append(job.world)
+            return artifact if artifact[1] == header[0] else self.compile(job)
+
+        def link(self, job, artifact, context):
+            return super().link(job, artifact[0], context), artifact[1]
+
+    config = compiler.CompilerConfig(HeaderBackend())
+
+    @kernel
+    def headed_cc(x: np.number):
+        return "def headed_cc(x): return x"
+
+    mi = headed_cc.methodinstance((np.int64,))
+    n = compile_count()
+
+    def linked(context):
+        return compile_and_link(CompilerJob(mi, config, latest()), context)[1][1]
+
+    assert code_of(headed_cc, (np.int64,), config)[1] == "1"
+    assert linked("ctx0") == linked("ctx1") == "1" and asked == []  # compiled in this world
+    header[0] = "2"
+    assert linked("ctx0") == "1" and code_of(headed_cc, (np.int64,), config)[1] == "1"
+    specializer.bump()
+    assert code_of(headed_cc, (np.int64,), config)[1] == "2" and asked == [latest()]
+    assert linked("ctx0") == linked("ctx1") == "2" and asked == [latest()]  # once a world
+    assert compile_count() == n + 1  # one compilation: the back-end's own recompile aside
+    specializer.bump()
+    assert linked("ctx1") == "2" and asked == [latest() - 1, latest()]

@@ -4,11 +4,13 @@ written again; with no home directory the disk caches are off with one warning; 
 ``XDG_CACHE_HOME`` is ignored. Each case runs in a fresh interpreter, as a user's next
 process would."""
 
+import contextlib
 import json
 import os
 import pwd
 import random
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -437,3 +439,170 @@ def test_a_process_counts_the_caches_size_and_looks_again_when_over_or_at_anothe
     d = diskcache.private_dir("templates", True)
     assert diskcache.write_entry(d, "there", payload)
     assert diskcache._usage == [(str(elsewhere), size)]
+
+
+def _left(directory, name, payload):
+    """What a write of ``name`` left in ``directory``: nothing, or the whole entry; never a
+    temporary file or a half entry."""
+    from specializer import diskcache
+
+    names = sorted(p.name for p in directory.iterdir())
+    assert names in ([], [name]), names
+    if names:
+        assert diskcache.read_entry(directory, name, 1 << 30) == payload
+    return bool(names)
+
+
+@pytest.mark.skipif(not (3, 10) <= sys.version_info[:2] <= (3, 13), reason="the injector")
+def test_a_write_interrupted_at_any_point_leaves_the_entry_whole_or_absent_and_no_temporary_file(
+    caches,
+):
+    # Every point where CPython could raise a KeyboardInterrupt in write_entry, one run each
+    # (tests/test_interrupts.py's injector), the first ones in the temporary file's making.
+    from test_interrupts import interrupt_everywhere
+
+    templates, _ = caches
+    payload = b"p" * 100_000
+    runs = []
+
+    def setup():
+        for p in templates.iterdir():
+            p.unlink()
+        return templates
+
+    def op(directory):
+        from specializer import diskcache
+
+        diskcache.write_entry(directory, "entry", payload)
+
+    def check(directory, interrupted):
+        runs.append((interrupted, _left(directory, "entry", payload)))
+
+    assert interrupt_everywhere(setup, op, check) > 10
+    assert (True, False) in runs and (True, True) in runs  # interrupts before and after
+
+
+@pytest.mark.parametrize("at", ["open", "write", "close", "replace", "after replace"])
+def test_an_interrupted_write_leaves_no_temporary_file(caches, monkeypatch, at):
+    # An interrupt just after each system call (for the write, in its middle; for the rename,
+    # just before it too).
+    from specializer import diskcache
+
+    templates, _ = caches
+    payload = b"p" * 100_000
+    real = {"open": os.open, "close": os.close, "replace": os.replace}
+
+    def after(name):
+        def call(*args, **kwargs):
+            if at != "replace":
+                real[name](*args, **kwargs)
+            raise KeyboardInterrupt(at)
+
+        return call
+
+    class HalfWritten:  # the file object write_private opens, interrupted in its write
+        def __init__(self, *args, **kwargs):
+            self.f = open(*args, **kwargs)  # noqa: SIM115 (closed by __exit__)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            self.f.write(data[: len(data) // 2])
+            self.f.flush()
+            raise KeyboardInterrupt("write")
+
+    with monkeypatch.context() as m:
+        if at == "write":
+            m.setattr(diskcache, "open", HalfWritten, False)
+        else:
+            m.setattr(diskcache.os, at.split()[-1], after(at.split()[-1]))
+        with pytest.raises(KeyboardInterrupt, match=at):
+            diskcache.write_entry(templates, "entry", payload)
+    assert _left(templates, "entry", payload) == (at == "after replace")
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="needs signal.setitimer")
+def test_real_timer_interrupts_of_disk_cache_writes_leave_no_temporary_file(caches):
+    # A Ctrl-C as a user sends it: a timer's signal at a random moment of each write.
+    from specializer import diskcache
+
+    templates, _ = caches
+    rnd = random.Random(7)
+    payload = b"q" * 1_000_000
+    armed = [False]
+
+    def handler(signum, frame):
+        if armed[0]:
+            armed[0] = False
+            raise KeyboardInterrupt("timer")
+
+    t = time.perf_counter()
+    assert diskcache.write_entry(templates, "e0", payload)
+    duration = time.perf_counter() - t
+    old_handler = signal.signal(signal.SIGALRM, handler)
+    interrupted = 0
+    try:
+        for i in range(200):
+            try:
+                armed[0] = True
+                signal.setitimer(signal.ITIMER_REAL, max(rnd.random() * duration, 1e-6))
+                diskcache.write_entry(templates, f"e{i % 4}", payload)
+                armed[0] = False  # before the timer is stopped: a late signal does nothing
+            except KeyboardInterrupt:
+                interrupted += 1
+            finally:
+                armed[0] = False
+                signal.setitimer(signal.ITIMER_REAL, 0)
+    finally:
+        signal.signal(signal.SIGALRM, old_handler)
+    assert interrupted >= 50, interrupted
+    names = sorted(p.name for p in templates.iterdir())
+    assert set(names) <= {"e0", "e1", "e2", "e3"}, names  # no .tmp left
+    assert all(diskcache.read_entry(templates, n, 1 << 30) == payload for n in names)
+
+
+@contextlib.contextmanager
+def _environment_precompile():
+    """As SPECIALIZER_PRECOMPILE_OUTPUT=1 at import sets the mode, for a block (with no
+    switch in effect, which an earlier test may have left)."""
+    from specializer import world
+
+    switch = world.switch_precompile(None)
+    world.set_environment_precompile(True)
+    try:
+        yield
+    finally:
+        world.set_environment_precompile(False)
+        world.switch_precompile(switch)
+
+
+@pytest.mark.parametrize("how", ["block", "switch", "env"])
+def test_reading_an_entry_in_precompile_mode_does_not_mark_it_used(caches, how):
+    # SPEC 6: nothing of the disk caches is changed, not even an entry's modification time
+    # (least-recently-used eviction's clock); outside the mode a read marks it used.
+    import specializer
+    from specializer import diskcache
+
+    templates, cuda = caches
+    hour_ago = int((time.time() - 3600) * 1e9)
+    for d in caches:
+        assert diskcache.write_entry(d, "entry", b"payload")
+        os.utime(d / "entry", ns=(hour_ago, hour_ago))
+    mode = {
+        "block": specializer.precompile_output,
+        "switch": lambda: specializer.precompile_output(True),
+        "env": _environment_precompile,
+    }[how]
+    with mode():
+        assert specializer.generating_output()
+        for d in caches:
+            assert diskcache.read_entry(d, "entry", 1 << 20) == b"payload"
+    assert not specializer.generating_output()
+    assert {(d / "entry").stat().st_mtime_ns for d in caches} == {hour_ago}
+    assert diskcache.read_entry(templates, "entry", 1 << 20) == b"payload"
+    assert (templates / "entry").stat().st_mtime_ns > hour_ago  # marked used
+    assert (cuda / "entry").stat().st_mtime_ns == hour_ago

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -29,13 +32,40 @@ def write(path, text):
 def test_include_dirs_reads_every_spelling_and_makes_them_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     opts = ["-Iinc", "-I", "other", "--include-path=/abs/x", "--include-path", "y", "-O3"]
-    assert includes.include_dirs(opts) == [
+    assert includes.include_dirs([*opts, "-I=z", "-include", "h.h"]) == [
         str(tmp_path / "inc"),
         str(tmp_path / "other"),
         "/abs/x",
         str(tmp_path / "y"),
+        str(tmp_path / "z"),  # as NVRTC (and clang without a sysroot) reads -I=dir
     ]
     assert includes.include_dirs(["--use_fast_math"]) == []
+
+
+def test_pre_includes_reads_every_spelling_in_order():
+    opts = ["-include", "a.h", "-include=b.h", "--pre-include=/abs/c.h", "--pre-include", "d.h"]
+    assert includes.pre_includes([*opts, "-Iinclude", "-DX=1"]) == [
+        "a.h",
+        "b.h",
+        "/abs/c.h",
+        "d.h",
+    ]
+    assert includes.pre_includes(["-Iinclude", "--include-path=x"]) == []
+
+
+def test_digest_changes_when_a_pre_included_header_is_edited(tmp_path):
+    # found as a quoted include of the source is: the source's directory, in-memory headers,
+    # then the -I directories; and followed into what it includes
+    src = "__global__ void k() {}"
+    write(tmp_path / "inc" / "pre.h", '#include "deeper.h"\n')
+    write(tmp_path / "inc" / "deeper.h", "#define N 1\n")
+    dirs = [str(tmp_path / "inc")]
+    before = includes.digest(src, dirs, pre_includes=["pre.h"])
+    assert before != includes.digest(src, dirs) == ""
+    write(tmp_path / "inc" / "deeper.h", "#define N 2\n")
+    assert includes.digest(src, dirs, pre_includes=["pre.h"]) != before
+    in_memory = includes.digest(src, dirs, {"pre.h": "#define N 3"}, pre_includes=["pre.h"])
+    assert in_memory != includes.digest(src, dirs, pre_includes=["pre.h"])
 
 
 def test_digest_changes_when_an_included_header_is_edited(tmp_path):
@@ -245,6 +275,93 @@ def test_cuda_compiles_the_edited_header_of_each_spelling(spelling, project):
     assert "1073741824" in ptx()  # 2.0f
     write(project / "params.h", "#define SCALE 4.0f\n")
     assert "1082130432" in ptx()  # 4.0f
+
+
+# How the kernel's source reaches params.h: each option NVRTC takes that names a file it reads.
+FILE_OPTIONS = {
+    "-I": lambda project: ('#include "params.h"\n', [f"-I{project}"]),
+    "--pre-include=<absolute>": lambda project: ("", [f"--pre-include={project}/params.h"]),
+    "--pre-include <name> -I": lambda project: ("", ["--pre-include", "params.h", f"-I{project}"]),
+    "-include <name> --include-path": lambda project: (
+        "",
+        ["-include", "params.h", f"--include-path={project}"],
+    ),
+    "-include=<relative>": lambda project: ("", ["-include=include/params.h"]),
+}
+
+PTX_OF_FILE_OPTION = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from specializer.backends import cuda
+
+    @cuda.kernel
+    def keyed_k(x: cuda.Array[np.float32]) -> str:
+        return sys.argv[1] + (
+            'extern "C" __global__ void keyed_k(float *x) { x[threadIdx.x] = SCALE; }'
+        )
+
+    print(cuda.code_ptx(keyed_k, (cuda.Array[np.float32],), arch="sm_90", options=sys.argv[2:]))
+""")
+
+
+@pytest.mark.parametrize("spelling", FILE_OPTIONS)
+def test_cuda_compiles_an_edited_header_an_option_names_after_a_bump_and_in_the_next_process(
+    spelling, project
+):
+    # SPEC 3: a header an option names keys the code by its content: after an edit, bump()
+    # builds the new code in this process, and the next process does not read the old one
+    # from the disk cache.
+    if cuda is None:
+        pytest.skip("needs cuda-python")
+    import specializer
+
+    text, options = FILE_OPTIONS[spelling](project)
+
+    @cuda.kernel
+    def keyed_k(x: cuda.Array[np.float32]) -> str:
+        return text + 'extern "C" __global__ void keyed_k(float *x) { x[threadIdx.x] = SCALE; }'
+
+    def ptx():
+        return cuda.code_ptx(keyed_k, (cuda.Array[np.float32],), arch="sm_90", options=options)
+
+    def next_process():
+        r = subprocess.run(
+            [sys.executable, "-c", PTX_OF_FILE_OPTION, text, *options],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "SPECIALIZER_PRECOMPILE_OUTPUT": ""},
+        )
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+
+    write(project / "params.h", "#define SCALE 2.0f\n")
+    assert "1073741824" in ptx() and "1073741824" in next_process()  # 2.0f, kept on disk
+    write(project / "params.h", "#define SCALE 4.0f\n")
+    assert "1073741824" in ptx()  # the same world: the same code
+    specializer.bump()
+    assert "1082130432" in ptx()  # 4.0f
+    assert "1082130432" in next_process()
+    assert len(list((project.parent / "cache" / "cuda").iterdir())) == 2
+
+
+def test_cuda_keys_a_precompiled_header_by_its_content(tmp_path, monkeypatch):
+    # --use-pch names a file NVRTC reads (under --pch-dir unless absolute): its content keys
+    if cuda is None:
+        pytest.skip("needs cuda-python")
+    from specializer.backends.cuda import _program
+
+    monkeypatch.chdir(tmp_path)
+    write(tmp_path / "pch" / "a.pch", "one")
+
+    def digest(*options):
+        return _program.included_digest("", options)
+
+    spellings = [("--use-pch=pch/a.pch",), ("--pch-dir=pch", "-use-pch=a.pch")]
+    before = [digest(*o) for o in spellings]
+    assert before[0] == before[1] != digest()
+    write(tmp_path / "pch" / "a.pch", "two")
+    assert all(digest(*o) != b for o, b in zip(spellings, before))
 
 
 def test_cuda_past_the_cap_compiles_again_and_keeps_nothing_on_disk(project, monkeypatch):

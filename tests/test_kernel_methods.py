@@ -148,6 +148,83 @@ def test_a_kernel_instance_takes_no_methods():
     assert "use @captures.method on the kernel itself" in str(e.value)
 
 
+def _kernel_callee_refusals(kernel, device, prefix):
+    """Every way to list a kernel in ``callees=``, each refused where it is defined, and what
+    it left: nothing (no kernel or device function defined, no method, no world)."""
+
+    @kernel
+    def add(x: np.number) -> str:
+        return "def add(i, x): pass"
+
+    @device
+    def helper() -> str:
+        return "def helper(v): return v"
+
+    w = latest()
+    said = f"add is a kernel; a callee is a device function: @{prefix}.device (in callees= of "
+    with pytest.raises(TypeError) as e:
+
+        @kernel(callees=[helper, add])
+        def uses_add(x: np.number) -> str:
+            return "def uses_add(i, x): pass"
+
+    assert str(e.value) == said + "uses_add)"
+    with pytest.raises(TypeError) as e:
+
+        @device(callees=iter([add]))  # any iterable, a one-shot one too
+        def helper_uses_add() -> str:
+            return "def helper_uses_add(v): return v"
+
+    assert str(e.value) == said + "helper_uses_add)"
+    with pytest.raises(TypeError) as e:
+
+        @add.method(callees=[add])
+        def _(x: np.float32) -> str:
+            return "def add(i, x): pass"
+
+    assert str(e.value) == said + "add)"
+    with pytest.raises(TypeError) as e:
+        helper.add_method(lambda: "", None, [add])  # positional callees too
+
+    assert str(e.value) == said + "helper)"
+    assert latest() == w and len(add.methods()) == 1 and len(helper.methods()) == 1
+    return add, helper
+
+
+def test_a_kernel_listed_as_a_callee_is_refused_where_it_is_defined():
+    # It once failed the compile, saying the kernel "was deleted with add.delete_method".
+    from pybackend import device, kernel, run
+
+    _, helper = _kernel_callee_refusals(kernel, device, "this back-end")
+
+    @kernel(callees=(c for c in [helper]))  # a generator of device functions still works
+    def uses_helper(x: np.number) -> str:
+        return "def uses_helper(x): return helper(x) + 1"
+
+    assert run(uses_helper, np.float32(2)) == 3
+
+
+def test_a_callee_whose_methods_all_take_arguments_is_no_device_function_when_compiled():
+    # a generic function that is no kernel gets past the definition: its compile says what
+    # it is, not that a method was deleted
+    from pybackend import kernel, run
+
+    takes_one = GenericFunction("takes_one")
+    takes_one.add_method(lambda x: "def takes_one(v): return v", signature=(np.number,))
+
+    @kernel(callees=[takes_one])
+    def calls_takes_one(x: np.number) -> str:
+        return "def calls_takes_one(x): return takes_one(x)"
+
+    with pytest.raises(CompileError) as e:
+        run(calls_takes_one, np.float32(1))
+    assert "calls device function takes_one (in its callees=), which has no method in " in str(
+        e.value
+    )
+    assert "taking no arguments: a callee is a device function" in str(e.value)
+    assert "delete_method" not in str(e.value)
+
+
 # -- OpenCL: a real launch ----------------------------------------------------------------------
 
 
@@ -186,6 +263,13 @@ def test_opencl_a_method_of_any_name_runs():
         @cl_fill.method
         def _(x: np.ndarray, v: np.float64) -> str:
             return ""
+
+
+def test_opencl_a_kernel_listed_as_a_callee_is_refused_where_it_is_defined():
+    pytest.importorskip("pyopencl")
+    from specializer.backends import opencl as cl
+
+    _kernel_callee_refusals(cl.kernel, cl.device, "opencl")
 
 
 # -- CUDA: dispatch to PTX, without a GPU --------------------------------------------------------

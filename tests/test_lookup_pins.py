@@ -200,3 +200,51 @@ def test_a_pin_made_while_a_hook_is_active_does_not_hit_until_the_hook_ends():
         assert [ctx.run(fn, "k", lookup) for _ in range(3)] == [(old,)] * 3
         assert len(calls) == 4
     assert [ctx.run(fn, "k", lookup) for _ in range(3)] == [(old,)] * 3 and len(calls) == 4
+
+
+def test_a_pinned_task_reads_an_exact_list_as_an_unpinned_one_does():
+    # CPython specializes subscripts of exact lists only: a subclass made every pinned hit
+    # slower (tools/bench_lookup.py: the pinned hit by value at most 1.15x the plain hit).
+    assert type(world_module.task_cell()) is list
+    w = latest()
+    bump()
+    cell = invoke_in_world(w, world_module.task_cell)
+    assert type(cell) is list and cell is not world_module.hot_cell
+    assert cell[0] is None and cell[2] == w  # launches take the slow path; its world
+
+
+def test_a_pins_cell_kept_after_its_call_keeps_no_pin_in_force():
+    """A pin lives as long as a context that can run code in it: its cell, kept by whoever
+    took it, is not such a context; a context copied in the call is."""
+    import gc
+
+    fn, lookup, calls = _site("kept_cell")
+    w = latest()
+    bump()
+    before = world_module.pins()
+    kept_cell, ctx = invoke_in_world(
+        w, lambda: (world_module.task_cell(), contextvars.copy_context())
+    )
+    assert world_module.pins() == before + 1 and w in world_module.pinned_worlds()
+    assert ctx.run(fn, "k", lookup) == (w,) and ctx.run(fn, "k", lookup) == (w,)
+    assert len(calls) == 1  # a miss, then a hit through the kept context's cell
+    del ctx
+    gc.collect()
+    assert world_module.pins() == before and w not in world_module.pinned_worlds()
+    assert kept_cell[2] == w  # still there, holding nothing in force
+
+
+def test_a_context_made_unpinned_inside_a_pinned_call_keeps_no_pin():
+    # invokelatest runs unpinned: a context copied there neither reads the pinned world nor
+    # keeps the pin in force after the pinned call
+    import gc
+
+    from specializer import invokelatest
+
+    w = latest()
+    bump()
+    before = world_module.pins()
+    ctx = invoke_in_world(w, invokelatest, contextvars.copy_context)
+    gc.collect()
+    assert world_module.pins() == before and w not in world_module.pinned_worlds()
+    assert ctx.run(current) == latest() and ctx.run(world_module.task_cell) is world_module.hot_cell

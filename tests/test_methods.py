@@ -30,9 +30,25 @@ def test_array_types_are_interned_and_follow_numpys_hierarchy():
     assert repr(Array[np.float32]) == "Array[np.float32]"
 
 
-def test_array_type_rejects_non_numpy_element_types():
+def test_an_array_type_of_a_non_numpy_element_type_is_no_array_type():
+    # Not refused by the subscript, which cannot name the parameter: a kernel method
+    # annotated with it is (test_an_annotation_no_argument_can_match_is_a_type_error_...).
+    assert not issubclass(Array[str], Array) and Array[str] is Array[str]
+    assert repr(Array[str]) == "Array[str]"
     with pytest.raises(TypeError, match="numpy scalar type"):
-        Array[str]
+        Array["float32"]  # not even a type
+
+
+@pytest.mark.parametrize("first", [np.float32, np.floating, np.dtype([("a", np.int32)])])
+def test_subscripting_a_parametrized_array_type_is_a_type_error(first):
+    # a typo (Array[np.float32][np.int32]) once defined an Array[np.int32] method
+    with pytest.raises(TypeError) as e:
+        Array[first][np.int32]
+    has = first if isinstance(first, np.dtype) else f"np.{first.__name__}"
+    assert str(e.value) == (
+        f"{Array[first]!r} is already parametrized (its element type is {has}): subscript the "
+        "family once, as in Array[np.int32]"
+    )
 
 
 def test_more_specific_method_is_seen_in_the_new_world_and_not_in_an_older_one():
@@ -374,6 +390,13 @@ def test_an_annotation_no_argument_can_match_is_a_type_error_at_definition(backe
         str: f"annotated str, which is not an argument type of {backend.__name__}",
         np.str_: "annotated np.str_, which no argument matches",
         np.void: "annotate it with Struct[dtype] for a struct by value",
+        backend.Array[int]: "annotated Array[int], which no argument matches: an array's "
+        "element type is a numpy scalar type or dtype, and int is none; annotate it with "
+        "Array[np.int64]",
+        backend.Array[float]: "annotate it with Array[np.float64]",
+        backend.Array[bool]: "annotate it with Array[np.bool_]",
+        backend.Array[str]: "and str is none; annotate it with Array[dtype] with a numpy "
+        "scalar type or dtype (Array[np.float32], ...)",
     }
     if other is not None:
         cases[other.Array[np.int16]] = (
@@ -387,3 +410,24 @@ def test_an_annotation_no_argument_can_match_is_a_type_error_at_definition(backe
         assert says in str(e.value), (annotation, str(e.value))
     for fine in (np.float32, np.floating, np.generic, object, backend.Struct, backend.Array):
         _define(backend, fine)  # every one matches some argument
+
+
+@pytest.mark.parametrize("backend", _backends(), ids=lambda b: b.__name__.rsplit(".", 1)[1])
+def test_an_array_of_a_python_type_is_refused_where_its_method_is_defined(backend):
+    # The annotation as written, under this module's 'from __future__ import annotations' (a
+    # string evaluated at definition) and evaluated at the def itself.
+    with pytest.raises(TypeError) as e:
+
+        @backend.kernel(localns=locals())
+        def lazy(x: backend.Array[int]) -> str:
+            return ""
+
+    assert str(e.value).startswith("parameter 'x' of kernel lazy is annotated Array[int], ")
+    assert str(e.value).endswith("annotate it with Array[np.int64]")
+
+    def eager(x, y):
+        return ""
+
+    eager.__annotations__ = {"x": backend.Array[np.float32], "y": backend.Array[float]}
+    with pytest.raises(TypeError, match=r"^parameter 'y' of kernel eager is annotated Array\[fl"):
+        backend.kernel(eager)

@@ -205,6 +205,121 @@ def test_a_fork_while_another_thread_holds_the_world_lock_does_not_hang_the_chil
     assert got == {"bumped": True, "defined": True}
 
 
+def _forked_beside_a_block(kind: str, child) -> dict:
+    """``child()`` in a fork made while another thread of this process is parked inside a
+    ``with precompile_output():`` or ``with device_code(cb):`` block; the hook's calls are
+    added to its answer as ``hooked``."""
+    from specializer import device_code, precompile_output
+
+    hooked: list[str] = []
+    inside, leave = threading.Event(), threading.Event()
+
+    def other():
+        block = (
+            precompile_output()
+            if kind == "precompile"
+            else device_code(lambda job, artifact: hooked.append(job.name))
+        )
+        with block:
+            inside.set()
+            leave.wait(30)
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert inside.wait(30)
+        assert specializer.world.bypassing()  # the block is on in this process
+        got = _in_fork(lambda: {**child(), "hooked": list(hooked)})
+    finally:
+        leave.set()
+        t.join()
+    assert not specializer.world.bypassing()
+    return got
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["precompile", "hook"])
+def test_a_forked_child_is_in_no_block_another_thread_of_its_parent_entered(kind):
+    """The thread inside the block is not in the child: its mode is not, nor its hook."""
+    from specializer import generating_output
+    from specializer import world as world_module
+
+    k, _w, run = _old_and_new(f"forked_beside_{kind}")
+
+    def child():
+        return {
+            "generating": generating_output(),
+            "hooks": len(world_module.hooks()),
+            "bypassing": world_module.bypassing(),
+            "stores": _cached_site_hits_again(),
+            "ran": run(k, 1),
+        }
+
+    got = _forked_beside_a_block(kind, child)
+    assert got == {
+        "generating": False,
+        "hooks": 0,
+        "bypassing": False,
+        "stores": True,  # a cached lookup stores, then hits
+        "ran": "new",
+        "hooked": [],  # the parent's hook, of a thread the child does not have: never called
+    }
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("kind", ["precompile", "hook"])
+def test_a_block_of_the_forking_thread_stays_on_in_the_child_until_its_with_statement_ends(kind):
+    """The forking thread is in the child: its block still rules there, and its with
+    statement ends it there as in the parent, without an error."""
+    import json
+    import os
+    import warnings
+
+    from specializer import device_code, generating_output, precompile_output
+    from specializer import world as world_module
+
+    k, _w, run = _old_and_new(f"forking_in_{kind}")
+    hooked: list[str] = []
+    block = (
+        precompile_output()
+        if kind == "precompile"
+        else device_code(lambda job, artifact: hooked.append(job.name))
+    )
+    got: dict = {}
+    pid = -1
+    r, w = os.pipe()
+    try:
+        with block:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads alive
+                pid = os.fork()
+            if pid == 0:
+                run(k, 1)
+                got["inside"] = [generating_output(), len(world_module.hooks()), hooked]
+        if pid == 0:
+            got["after"] = [generating_output(), world_module.bypassing(), block.active()]
+            got["stores"] = _cached_site_hits_again()
+    except BaseException as e:
+        got["error"] = f"{type(e).__name__}: {e}"
+    if pid == 0:  # the child: report, then leave without running the parent's cleanup
+        os.write(w, json.dumps(got).encode())
+        os._exit(0)
+    os.close(w)
+    assert pid > 0, got
+    with os.fdopen(r, "rb") as f:
+        got = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert got == {
+        "inside": [
+            kind == "precompile",
+            int(kind == "hook"),
+            [f"forking_in_{kind}"] * (kind == "hook"),
+        ],
+        "after": [False, False, False],
+        "stores": True,
+    }
+
+
 def _define_in_child() -> bool:
     gf = GenericFunction("defined_in_fork")
     gf.add_method(lambda x: 0, signature=(np.number,))

@@ -8,15 +8,16 @@ import re
 from collections.abc import Hashable
 from typing import Any
 
+from ... import includes
 from ...compiler import Artifact, Backend, CompilerConfig, CompilerJob
 from ...sources import split_options
 from ._decorators import _definitions
 from ._driver import Context, ContextKey, CUDAError, driver
 from ._module import load
 from ._nvrtc import NVRTCError, supported_archs, version_str
-from ._program import CUDAArtifact, compile_program
+from ._program import CUDAArtifact, compile_program, included_digest
 from ._ptx import check_parameters
-from ._source import kernel_program
+from ._source import Program, kernel_program
 
 _ARCH = re.compile(r"(sm|compute)_(\d+)([af]?)\Z")
 _UNDEFINED = re.compile(r'identifier "([A-Za-z_]\w*)" is undefined')
@@ -29,18 +30,17 @@ class CUDABackend(Backend):
 
     def compile(self, job: CompilerJob) -> CUDAArtifact:
         program, expression = kernel_program(job)
-        try:
-            key, r = compile_program(program, expression, kernel=job.name)
-        except NVRTCError as e:
-            hints = _callee_hints(e.log, job)
-            if not hints:
-                raise
-            raise NVRTCError(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
-        entry = r.lowered[expression]
-        check_parameters(job.name, r.ptx, entry, job.mi.tt)
-        return CUDAArtifact(
-            program.source, r.ptx, r.cubin, entry, program.arch, r.log, expression, r.options, key
-        )
+        return _compile(job, program, expression, _included(program, job))
+
+    def recompile(self, job: CompilerJob, artifact: Artifact) -> Artifact:
+        """The artifact compiled again from the same program where a user file it includes
+        (``-I``, ``-include``, the program's directory) changed since (SPEC 3)."""
+        if not isinstance(artifact, CUDAArtifact) or artifact.built is None:
+            return artifact
+        included = _included(artifact.built, job)
+        if included == artifact.included and includes.keyed(included):
+            return artifact
+        return _compile(job, artifact.built, artifact.expression, included)
 
     def link(self, job: CompilerJob, artifact: Artifact, context: Hashable) -> Any:
         """Load into the context whose key is ``context`` and get the kernel's function."""
@@ -52,6 +52,35 @@ class CUDABackend(Backend):
         if context is None:
             raise RuntimeError(f"the context of this lookup is gone ({token!r})")
         return load(job, artifact, token, context)
+
+
+def _included(program: Program, job: CompilerJob) -> str:
+    return included_digest(program.source, program.options, program.name, program.headers, job.name)
+
+
+def _compile(job: CompilerJob, program: Program, expression: str, included: str) -> CUDAArtifact:
+    try:
+        key, r = compile_program(program, expression, job.name, included)
+    except NVRTCError as e:
+        hints = _callee_hints(e.log, job)
+        if not hints:
+            raise
+        raise NVRTCError(str(e) + "".join(f"\nhint: {h}" for h in hints), e.log) from None
+    entry = r.lowered[expression]
+    check_parameters(job.name, r.ptx, entry, job.mi.tt)
+    return CUDAArtifact(
+        program.source,
+        r.ptx,
+        r.cubin,
+        entry,
+        program.arch,
+        r.log,
+        expression,
+        r.options,
+        key,
+        program,
+        included,
+    )
 
 
 def _callee_hints(log: str, job: CompilerJob) -> list[str]:

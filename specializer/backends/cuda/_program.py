@@ -43,6 +43,9 @@ class CUDAArtifact:
     expression: str = ""
     options: tuple[str, ...] = ()
     program: str = ""
+    #: what it was compiled from, and the digest of the user files that included then
+    built: Program | None = None
+    included: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,15 +122,27 @@ def included_digest(
     kernel: str = "",
 ) -> str:
     """The digest of the user files ``source`` includes, from ``options``' ``-I`` directories,
-    the program name's directory (NVRTC's for quoted includes) and the in-memory ``headers``.
-    Toolkit headers count by NVRTC's version and their fingerprint instead."""
+    the program name's directory (NVRTC's for quoted includes) and the in-memory ``headers``,
+    with the headers ``options`` pre-include (``-include``) and the precompiled header they
+    use (``--use-pch``). Toolkit headers count by NVRTC's version and their fingerprint."""
     program = _program_name(name, kernel)
     return includes.digest(
         source,
         includes.include_dirs(options),
         dict(headers),
         os.path.dirname(os.path.abspath(program)),
+        includes.pre_includes(options),
+        _precompiled_headers(options),
     )
+
+
+def _precompiled_headers(options: tuple[str, ...]) -> list[str]:
+    """The files ``--use-pch`` names, under ``--pch-dir`` unless absolute (as NVRTC reads it)."""
+    pch_dir = next(reversed(includes.option_values(options, ("--pch-dir", "-pch-dir"))), "")
+    return [
+        os.path.join(pch_dir, f) if pch_dir else f
+        for f in includes.option_values(options, ("--use-pch", "-use-pch"))
+    ]
 
 
 def nvrtc_compile(
@@ -304,13 +319,17 @@ def _program_key(p: Program, included: str) -> str:
     )
 
 
-def compile_program(p: Program, expression: str, kernel: str = "") -> tuple[str, NVRTCResult]:
+def compile_program(
+    p: Program, expression: str, kernel: str = "", included: str | None = None
+) -> tuple[str, NVRTCResult]:
     """``(key, result)``: the NVRTC program of ``p`` with ``expression`` among its name
     expressions, compiled with every kernel of the source too, so they reuse it; another
     template instance is another program, so a kernel's PTX never depends on what ran before.
     The key names the program's output: the source's key and the name expressions compiled
-    (one source makes a program per template instance, each with a module of its own)."""
-    included = included_digest(p.source, p.options, p.name, p.headers, kernel)
+    (one source makes a program per template instance, each with a module of its own).
+    ``included``: :func:`included_digest`'s, where the caller has it."""
+    if included is None:
+        included = included_digest(p.source, p.options, p.name, p.headers, kernel)
     key = _program_key(p, included)
     with compile_lock(key)():  # straight-line: the loops are in the called functions
         r = _kept(key, expression)
