@@ -18,7 +18,6 @@ def is_weak(t: object) -> TypeGuard[type[WeakScalar]]:
     return type(t) is _WEAK_META and t is not WeakScalar
 
 
-_is_weak = is_weak  # launching.py imports it by this name: drop once it imports is_weak
 
 
 def has_weak(tt: tuple[type, ...]) -> bool:
