@@ -148,7 +148,7 @@ def _check_param(key: str, value: object) -> None:
 
 def add_template_dir(path: str | os.PathLike[str]) -> None:
     """Let templates be found in ``path`` too (after ``templates/``): a back-end that lives
-    outside this package keeps its template (which extends ``entry.py.j2``) beside itself."""
+    outside this package keeps its template (which extends ``launch.py.j2``) beside itself."""
     d = str(Path(path).resolve())
     if not Path(d).is_dir():
         raise NotADirectoryError(f"no template directory {d}")

@@ -185,8 +185,6 @@ class Kernel(_ByName, GenericFunction):
                     "kernel": self,
                     "captured": tt,
                     "__module__": __name__,
-                    # its cached lookups' functions, owned by the type (lookup.OWN)
-                    "_specializer_lookups": {},
                     "__init_subclass__": classmethod(_no_subclass),
                 },
             )
@@ -204,7 +202,7 @@ class Kernel(_ByName, GenericFunction):
 def _no_subclass(cls: type, /, **kwargs: Any) -> None:
     raise TypeError(
         f"{cls.__mro__[1].__name__} is a kernel instance type (made by Kernel.capture): it "
-        "is not subclassed (its cached lookups are its own); capture other values instead"
+        "is not subclassed (its launch cells are its own); capture other values instead"
     )
 
 

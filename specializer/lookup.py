@@ -17,8 +17,8 @@ Why the world must match exactly: after compiling ``f(::Number)`` for an int, ad
 Lifetimes (docs/design.md, the cache map): a site is its code object, and its functions
 are released when the code is gone; the index holds ``F`` by ``id``, weakly where it can
 (a kernel factory's dropped product is released), else one object per value, while a site
-of it lives. An ``F`` with a table of its own (:data:`OWN`) also keeps its functions there,
-where ``cached_lookup`` finds them without taking an ``id``.
+of it lives. ``cached_lookup`` finds the function (and its cell) in the same index for any
+``F``: a class, an instance, a function, a kernel.
 """
 
 from __future__ import annotations
@@ -120,8 +120,7 @@ def forget_key(part: Any) -> None:
     def named(k: Any) -> bool:
         return k is part or (k.__class__ is tuple and any(x is part for x in k))
 
-    for fn in _specializations.copy().values():
-        cell = fn.__defaults__[0]  # type: ignore[index]  # the cell, bound once
+    for cell, _ in _specializations.copy().values():
         entries = _entries(cell)
         if any(named(k) for _, k, _ in entries):
             _store(cell, [e for e in entries if not named(e[1])])
@@ -130,7 +129,8 @@ def forget_key(part: Any) -> None:
 #: A specialization's key: (``id`` of the site's code, ``id`` of F, tt, key type, V).
 _Ident = tuple[int, int, tuple[type, ...], type, type]
 
-_specializations: dict[_Ident, FunctionType] = {}
+#: each specialized function with its cell (bound once as its default), for cached_lookup
+_specializations: dict[_Ident, tuple[list[tuple[Any, ...]], FunctionType]] = {}
 #: Per call site (``id`` of its code): a weak reference whose callback releases the site's
 #: functions, and their keys. The ``id`` stays unique: the callback runs before reuse.
 _sites: dict[int, tuple[Any, dict[_Ident, None]]] = {}
@@ -140,21 +140,6 @@ _owners: dict[int, tuple[Any, dict[_Ident, None]]] = {}
 _values: dict[Any, Any] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
 _lock = new_lock()
-
-#: The attribute of an ``F`` holding its own table, (``id`` of the code, tt, key type, V) ->
-#: (cell, function): in an instance's ``__dict__`` or a final class's own namespace.
-OWN = "_specializer_lookups"
-
-
-def _own_table(F: Any) -> dict[Any, Any] | None:
-    """``F``'s own table (never one inherited), or None. An instance's is not read through
-    ``__dict__``, which would materialize a dict and slow its attribute reads."""
-    if isinstance(F, type):
-        table = F.__dict__.get(OWN)
-    else:
-        table = None if hasattr(type(F), OWN) else getattr(F, OWN, None)
-    return table if type(table) is dict else None
-
 
 def _release(
     index: dict[int, Any], other: dict[int, Any], part: int, at: int, ref: Any = None
@@ -175,11 +160,6 @@ def _release(
                 other.pop(ident[at], None)
                 if _values.get(rest[0]) is rest[0]:
                     _values.pop(rest[0], None)
-        if at == 1:  # a site is gone: its functions leave F's own table too
-            F = rest[0]() if rest is not None and isinstance(rest[0], weakref.ref) else None
-            own = _own_table(F) if rest is not None and F is not None else None
-            if own is not None:
-                own.pop((ident[0], *ident[2:]), None)
 
 
 def _register(
@@ -228,15 +208,15 @@ def specialize(
         raise TypeError(f"a lookup site is a Python function or code object, got {site!r}")
     ident = (id(code), id(F), tt, K, V)
     try:
-        fn = _specializations.get(ident)
-        if fn is None:  # F is a key as a dict sees it, though the index files it by id:
+        made = _specializations.get(ident)
+        if made is None:  # F is a key as a dict sees it, though the index files it by id:
             F = _one_per_value(F)  # an equal str or tuple is one object
             ident = (id(code), id(F), tt, K, V)
-            fn = _specializations.get(ident)
+            made = _specializations.get(ident)
     except TypeError:
         raise TypeError(f"F, tt, K and V must be hashable, got F={F!r}, tt={tt!r}") from None
-    if fn is not None:
-        return fn
+    if made is not None:
+        return made[1]
     if not isinstance(V, type):
         raise TypeError(f"V is the class the lookup's result must be an instance of, got {V!r}")
     if not isinstance(K, type):
@@ -244,9 +224,9 @@ def specialize(
     if not isinstance(tt, tuple) or not all(isinstance(t, type) for t in tt):
         raise TypeError(f"tt is a tuple of argument types, got {tt!r}")
     with _lock():  # straight-line (generate is a call)
-        fn = _specializations.get(ident)
-        if fn is not None:
-            return fn
+        made = _specializations.get(ident)
+        if made is not None:
+            return made[1]
         what = (
             f"{_name_of(F)}({', '.join(type_name(t) for t in tt)}) at {code.co_name} "
             f"({code.co_filename}:{code.co_firstlineno}), key {type_name(K)}"
@@ -269,10 +249,7 @@ def specialize(
         fn.__defaults__ = (spec.cell,)  # bound once, never rebound
         _register(_sites, _owners, code, 1, ident)
         _register(_owners, _sites, F, 0, ident)
-        own = _own_table(F)
-        if own is not None:
-            own[id(code), tt, K, V] = (spec.cell, fn)  # the cell too: cached_lookup's check
-        _specializations[ident] = fn
+        _specializations[ident] = (spec.cell, fn)  # the cell too: cached_lookup's check
     return fn
 
 
@@ -283,8 +260,8 @@ def cached_lookup(lookup: Callable[[], R], V: type[R], F: Any, tt: tuple[type, .
     Equivalent to ``specialize(lookup, V, F, tt, type(key))(key, lookup)``.
     """
     try:
-        cell, fn = F._specializer_lookups[id(lookup.__code__), tt, type(key), V]  # F's own (OWN)
-    except (KeyError, AttributeError, TypeError):  # a first call, or bad arguments
+        cell, fn = _specializations[id(lookup.__code__), id(F), tt, type(key), V]
+    except (KeyError, TypeError, AttributeError):  # a first call, or bad arguments
         return specialize(lookup, V, F, tt, type(key))(key, lookup)  # type: ignore[no-any-return]
     # fn's first check, without its call (a frame, about 440 instructions): the newest entry
     # stored under this very world and key.

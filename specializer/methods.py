@@ -278,8 +278,6 @@ class GenericFunction:
         self._table = _Table((), 0, {}, ())
         #: the backedges on its dispatches: tt -> {edge, weakly: the method it expects}
         self._edges: Backedges[Method] = Backedges()
-        #: the cached lookup's specialized functions of this F (``lookup.OWN``): they go with it
-        self._specializer_lookups: dict[Any, Any] = {}
 
     def __repr__(self) -> str:
         return f"<generic function {self.name} with {len(self.methods())} method(s)>"

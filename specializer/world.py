@@ -55,7 +55,7 @@ class _State(NamedTuple):
 snapshot = _State(
     latest=1, blocks=(), precompile_env=False, switch=None, forked=False, in_flight=None
 )
-#: An unpinned task's cell: the latest world in both slots (a launch's front entry reads slot
+#: An unpinned task's cell: the latest world in both slots (a launch cell's entry reads slot
 #: 0, a cached lookup slot 1), or None while cached lookups bypass their caches.
 hot_cell: list[int | None] = [1, 1]
 _lock = new_lock()

@@ -141,7 +141,7 @@ def test_products_launched_through_the_launch_path_and_dropped_are_freed():
 
 
 def test_a_kernel_instance_type_is_not_subclassed():
-    """Its cached lookups are its own (``lookup.OWN``): a subclass would find its base's."""
+    """Its launch cells are its own (class attributes): a subclass would find its base's."""
     import pytest
 
     inst = _product(1).capture(np.int64(2))
@@ -150,7 +150,7 @@ def test_a_kernel_instance_type_is_not_subclassed():
 
 
 class _Plain:
-    """An ``F`` with no table of its own (not a generic function): filed by ``id``, weakly."""
+    """An ``F`` that is not a generic function: filed by ``id``, weakly."""
 
 
 def _at_one_site(F, value):

@@ -330,17 +330,18 @@ def _other_queues() -> dict[str, Variant]:
 
     v["launch"] = Variant(launch_loop, lambda: float(x.get()[0]), 1)
 
-    x2 = cla.zeros(queue, 1, np.float32)
+    # an array per queue: the queues' commands run at once, in no order between them
+    xa, xb = cla.zeros(queue, 1, np.float32), cla.zeros(queue, 1, np.float32)
 
     def two_queues_loop(n):
         for i in range(n // 2):
-            launch(k, x2, b, global_size=1)
-            launch(k, x2, b, global_size=1, queue=same)
+            launch(k, xa, b, global_size=1)
+            launch(k, xb, b, global_size=1, queue=same)
             if i % (FINISH_EVERY // 2) == FINISH_EVERY // 2 - 1:
                 finish()
                 same.finish()
 
-    v["two queues"] = Variant(two_queues_loop, lambda: float(x2.get()[0]), 1)
+    v["two queues"] = Variant(two_queues_loop, lambda: float(xa.get()[0] + xb.get()[0]), 1)
 
     x_opt = cla.zeros(queue, 1, np.float32)
 

@@ -1,5 +1,6 @@
 """``cufunction`` (keyed by current context and compiler kwargs), ``launch`` and ``code_ptx``,
-over the core's launch path generated per signature from ``templates/cuda_entry.py.j2``.
+over the core's launch path, its invokers generated per signature from
+``templates/cuda_launch.py.j2``.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def field_ctype(t: type) -> type:
 
 def dim3(x: Any, what: str) -> tuple[int, int, int]:
     """A launch's ``grid=`` or ``block=`` as three positive ints."""
-    if x is REQUIRED:  # (a HostKernel call, or a launch that hit its front entry)
+    if x is REQUIRED:  # (a HostKernel call, or a launch that hit its cell's entry)
         raise TypeError(f"{what}= is a required launch option: a positive int or a tuple of 1 to 3")
     try:
         if isinstance(x, bool):

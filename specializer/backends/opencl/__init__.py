@@ -3,7 +3,7 @@
 KernelAbstractions' POCL back-end over the core's interface: ``compile(job)`` joins a kernel's
 and its callees' source into an :class:`OpenCLSource`, ``link`` builds it once per context,
 source and options into a :class:`LinkedKernel`, and the launch path is the core's, generated
-from ``templates/opencl_entry.py.j2``. API: ``docs/reference-opencl.md``; design:
+from ``templates/opencl_launch.py.j2``. API: ``docs/reference-opencl.md``; design:
 ``docs/design.md`` ("OpenCL back-end")."""
 
 from __future__ import annotations

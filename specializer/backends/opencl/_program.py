@@ -56,7 +56,7 @@ def _nothing() -> None:
 class LinkedKernel:
     """A kernel built in one context: the lookup's result, cached per (compiled code, context).
     It holds no kernel instance, so no captured value. ``pool`` holds the kernel objects
-    launches take and give back; ``bound`` the launch path of each lookup signature."""
+    launches take and give back; ``invokers`` the invoker of each lookup signature."""
 
     __slots__ = (
         "__weakref__",
@@ -101,7 +101,7 @@ class LinkedKernel:
         return self.ck.context()
 
     def new_record(self) -> list[Any]:
-        """A pool record with a new kernel object (its fields: ``templates/opencl_entry.py.j2``)."""
+        """A pool record with a new kernel object (its fields: ``templates/opencl_launch.py.j2``)."""
         knl = cl.Kernel(self.program, self.name)
         return [
             knl.set_arg,

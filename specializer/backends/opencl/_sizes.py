@@ -20,7 +20,7 @@ def _not_ints(what: str, v: Any, d: Any) -> TypeError:
 
 
 def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
-    if v is launching.REQUIRED:  # (a HostKernel call, or a launch that hit its front entry)
+    if v is launching.REQUIRED:  # (a HostKernel call, or a launch that hit its cell's entry)
         raise TypeError(f"{what} is a required launch option: an int or a tuple of 1 to 3 ints")
     if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
         v = (v,)
