@@ -107,6 +107,9 @@ def scan(
     todo = [(source, os.path.abspath(source_dir) if source_dir else None)]
     while todo:
         text, here = todo.pop()
+        text = _SPLICE.sub("", text)
+        if "include" not in text:  # no directive can include a file (most sources: cheap)
+            continue
         for m in _INCLUDE.finditer(_directives(text)):
             named = _NAME.match(m.group(1))
             if named:
@@ -135,11 +138,10 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
 
 
-def _directives(text: str) -> str:
-    """``text`` as C's phases 2 and 3 leave it: continuations spliced, comments one space."""
-    return _LEXEME.sub(
-        lambda m: " " if m.group().startswith("/") else m.group(), _SPLICE.sub("", text)
-    )
+def _directives(spliced: str) -> str:
+    """``spliced`` (phase 2 done: continuations joined) as phase 3 leaves it: comments one
+    space."""
+    return _LEXEME.sub(lambda m: " " if m.group().startswith("/") else m.group(), spliced)
 
 
 def _files_under(roots: list[str], walked: set[str], budget: list[int]) -> list[str] | None:

@@ -126,3 +126,21 @@ def test_a_queue_has_a_context_object_of_its_own_that_lives_as_long_as_it():
     del q2
     gc.collect()
     assert ref() is None, _changed("CommandQueue.context (it outlives its queue)")
+
+
+def test_a_queue_still_caches_its_own_context_object_where_a_launch_reads_it():
+    queue = pyopencl.CommandQueue(cl.default_queue().context)
+    with pytest.raises(AttributeError):  # not read yet: the public path fills it
+        private.queue_context(queue)
+    ctx = queue.context
+    try:
+        cached = private.queue_context(queue)
+    except AttributeError:  # pragma: no cover - only on a changed release
+        pytest.fail(_changed(f"CommandQueue.{private.QUEUE_CONTEXT} (it is gone)"))
+    assert cached is ctx and queue.context is ctx, _changed(
+        f"CommandQueue.{private.QUEUE_CONTEXT} (it is not what queue.context returns)"
+    )
+    other = pyopencl.CommandQueue(ctx)
+    assert other.context is not ctx  # each queue its own object: a where dies with its queue
+    with pytest.raises(AttributeError):
+        private.queue_context(object())  # what is not a queue has none

@@ -18,6 +18,7 @@ the attribute and these releases, when one changes."""
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 from collections.abc import Callable
@@ -47,12 +48,10 @@ SET_ARG_BUF = "_set_arg_buf" if hasattr(cl.Kernel, "_set_arg_buf") else "set_arg
 QUEUE_CONTEXT = "_info_cache_context"
 
 
-def queue_context(queue: Any) -> Any:
-    """The context object ``queue.context`` returns, if the queue has cached it (None before
-    its first read, and for anything but a ``pyopencl.CommandQueue``)."""
-    if queue.__class__ is not cl.CommandQueue:
-        return None
-    return getattr(queue, QUEUE_CONTEXT, None)
+#: ``queue_context(queue)``: the context object ``queue.context`` returns, where the queue has
+#: cached it (an AttributeError before its first read, and for what is not a queue); a C
+#: callable, so a launch on a given queue reads it without a frame
+queue_context: Callable[[Any], Any] = operator.attrgetter(QUEUE_CONTEXT)
 
 
 def set_arg_buf(kernel: Any) -> Callable[[int, Any], None]:

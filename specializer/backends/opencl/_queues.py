@@ -129,30 +129,38 @@ class ContextKey:
 
 #: each live context's key, by its cl_context address
 _context_keys: dict[int, ContextKey] = {}
+#: each live context object seen (a queue's own), by id: (a weak reference to it, its key)
+_seen: dict[int, tuple[weakref.ref[cl.Context], ContextKey]] = {}
 _keys_lock = new_lock(reentrant=False)
 
 
 def context_key(queue: cl.CommandQueue) -> ContextKey:
     """The key of ``queue``'s context: a launch's where. A ``TypeError`` for anything but a
     queue."""
-    ctx = _private.queue_context(queue)  # the queue's own context object: dies with it
-    if ctx is None:
+    try:
+        ctx = _private.queue_context(queue)  # the queue's own context object: dies with it
+    except AttributeError:  # not read yet on this queue, or not a queue
         if not isinstance(queue, cl.CommandQueue):
-            raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}")
+            raise TypeError(f"queue must be a pyopencl.CommandQueue, got {queue!r}") from None
         ctx = queue.context
-    ck = _context_keys.get(ctx.int_ptr)
-    ref = None if ck is None else ck.refs.get(id(ctx))
-    if ref is None or ref() is not ctx:
-        with _keys_lock():
-            ck = _context_keys.get(ctx.int_ptr)
-            if ck is None:
-                ck = _context_keys[ctx.int_ptr] = ContextKey(ctx)
-            ref = ck.refs.get(id(ctx))
-            # held weakly, once: _release hears of its death before its id can be another's
-            if ref is None or ref() is not ctx:
-                ck.refs[id(ctx)] = weakref.ref(ctx)
-                weakref.finalize(ctx, _release, ck, id(ctx))
-    assert ck is not None
+    seen = _seen.get(id(ctx))
+    if seen is not None and seen[0]() is ctx:
+        return seen[1]
+    return _first_seen(ctx)
+
+
+def _first_seen(ctx: cl.Context) -> ContextKey:
+    """The key of a context object not seen before (the context's, made if it is new), which
+    is then held weakly, once: _release hears of its death before its id can be another's."""
+    with _keys_lock():
+        ck = _context_keys.get(ctx.int_ptr)
+        if ck is None:
+            ck = _context_keys[ctx.int_ptr] = ContextKey(ctx)
+        ref = ck.refs.get(id(ctx))
+        if ref is None or ref() is not ctx:
+            ref = ck.refs[id(ctx)] = weakref.ref(ctx)
+            weakref.finalize(ctx, _release, ck, id(ctx))
+        _seen[id(ctx)] = (ref, ck)
     return ck
 
 
@@ -161,6 +169,9 @@ def _release(ck: ContextKey, ctx_id: int) -> None:
     From the collector in any thread, no lock: each step is one atomic dict operation, and a
     race can only forget a context still in use, which then links again under a new key."""
     ck.refs.pop(ctx_id, None)
+    seen = _seen.get(ctx_id)
+    if seen is not None and seen[1] is ck:
+        _seen.pop(ctx_id, None)
     if not ck.refs:
         if _context_keys.get(ck.ptr) is ck:
             _context_keys.pop(ck.ptr, None)
