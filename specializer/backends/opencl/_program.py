@@ -195,7 +195,10 @@ def _headers_digest(source: str, build: tuple[str, ...]) -> tuple[str, str]:
     all: both orders are keyed."""
     dirs = includes.include_dirs(build)
     cwd = os.getcwd()
-    return includes.digest(source, [cwd, *dirs]), includes.digest(source, [*dirs, cwd])
+    first = includes.digest(source, [cwd, *dirs])
+    if not first:  # it includes nothing: the order of the directories is moot
+        return "", ""
+    return first, includes.digest(source, [*dirs, cwd])
 
 
 class _Built:
