@@ -8,6 +8,8 @@ interleaved rounds), for:
 - floor: a trivial Python function taking the same arguments, returning a bound default;
 - specialize: a hit of the function ``specialize(...)`` returns;
 - cached_lookup: a hit of ``cached_lookup(...)`` (which first finds that function);
+- cached_lookup, F a class: the same with ``F`` a back-end's own class (the seed's usage, ``F``
+  the function's type), then ``F`` an instance and a plain function;
 - lru_cache: ``functools.lru_cache`` on the same (F, tt, key);
 - dict+lock: a dict behind a lock, what a back-end writes by hand today;
 - specialize, pin elsewhere: the specialize hit while another thread runs pinned
@@ -146,6 +148,23 @@ def _setup():
         for _ in range(n):
             cached_lookup(lookup, tuple, F, tt, key)
 
+    class EvalFunction:  # a back-end's own function type, as F
+        pass
+
+    instance = EvalFunction()
+
+    def plain():
+        pass
+
+    def at(F):  # the hit loop for another F (its first call specializes)
+        assert cached_lookup(lookup, tuple, F, tt, key) is result
+
+        def loop(n):
+            for _ in range(n):
+                cached_lookup(lookup, tuple, F, tt, key)
+
+        return loop
+
     def loop_lru(n):
         for _ in range(n):
             lru(F, tt, key)
@@ -182,6 +201,9 @@ def _setup():
         "floor": loop_floor,
         "specialize": loop_specialize,
         "cached_lookup": loop_cached_lookup,
+        "cached_lookup, F a class": at(EvalFunction),
+        "cached_lookup, F an instance": at(instance),
+        "cached_lookup, F a function": at(plain),
         "lru_cache": loop_lru,
         "dict+lock": loop_dict_lock,
         "specialize, pin elsewhere": loop_pin_elsewhere,
@@ -464,6 +486,10 @@ def main() -> None:
             print(f"  {name} hit: {r:.3f} (at most {limit}: {_holds(r, limit)})")
         else:
             print(f"  {name} hit: not measured (at most {limit})")
+    if insns:
+        hit = insns["specialize"] - base_i
+        for name in ("cached_lookup", *(k for k in loops if k.startswith("cached_lookup, F"))):
+            print(f"  {name}: the specialize hit + {insns[name] - base_i - hit:,.0f}")
     print("\nbars (instructions, x the specialize hit):")
     for name, limit in HIT_BARS.items():
         if insns:
