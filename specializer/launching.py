@@ -110,13 +110,7 @@ class Launcher:
         self.misses = 0
         #: each HostKernel call reads it: None, or in a fork of the device's user its check
         self.fork: list[Callable[[], None] | None] = [None]
-        _launchers.add(self)
-        _world.declare_fork(
-            f"specializer's {self.name} back-end",
-            None
-            if self.fork_consequence is None
-            else self.fork_consequence.format(launch="launch"),
-        )
+        _world.declare_fork(f"specializer's {self.name} back-end", self.fork_consequence)
         self.attr = _take_attribute(self.name, definitions)
         #: the kernels with a launch cell of this launcher (forget() clears their entries)
         self._kernels: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -145,6 +139,7 @@ class Launcher:
         self.where_of = made["where"]
         self.host_call = made["host"]
         self._cell_function = made["cell"]
+        _launchers.add(self)  # made whole: forget() and a fork's child may reach it now
 
     def part_params(self, part: str) -> tuple[tuple[str, ...], dict[str, Any]]:
         """The name parts and template parameters of a part of the launch path that is not an

@@ -141,6 +141,7 @@ _values: dict[Any, Any] = {}
 #: Serializes the creation of specialized functions and the stores into their cells.
 _lock = new_lock()
 
+
 def _release(
     index: dict[int, Any], other: dict[int, Any], part: int, at: int, ref: Any = None
 ) -> None:

@@ -18,8 +18,6 @@ def is_weak(t: object) -> TypeGuard[type[WeakScalar]]:
     return type(t) is _WEAK_META and t is not WeakScalar
 
 
-
-
 def has_weak(tt: tuple[type, ...]) -> bool:
     """Whether ``tt`` holds a weak type (dispatch then resolves it against each method)."""
     return any(type(t) is _WEAK_META for t in tt)
