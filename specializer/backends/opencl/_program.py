@@ -101,7 +101,7 @@ class LinkedKernel:
         return self.ck.context()
 
     def new_record(self) -> list[Any]:
-        """A pool record with a new kernel object (its fields: ``templates/opencl_launch.py.j2``)."""
+        """A pool record with a new kernel object (its fields: ``opencl_launch.py.j2``)."""
         knl = cl.Kernel(self.program, self.name)
         return [
             knl.set_arg,
