@@ -22,7 +22,9 @@ below), accumulating into an array of its own (checked: its value counts the lau
 the default context, on a queue of another context, with ``options=``, and on five contexts,
 and then:
 
-- ``launch(k, x, b, global_size=1)`` on the default queue again;
+- ``launch(k, x, b, global_size=1)`` on the default queue again, each loop right after a
+  launch with ``options=`` and one on a second queue of the default context, in the same
+  world (2 of its 2,000 launches);
 - two queues of one context in turn (``queue=q`` on every other launch);
 - ``launch(k, x, b, global_size=1, options=("-cl-fast-relaxed-math",))``;
 - five contexts in turn (``queue=queues[i % 5]``);
@@ -321,14 +323,21 @@ def _other_queues() -> dict[str, Variant]:
     x.fill(0)
     finish()
     v: dict[str, Variant] = {}
+    x_other = cla.zeros(queue, 1, np.float32)
 
     def launch_loop(n):
-        for i in range(n):
+        # first, in this world, a launch with options= and one on another queue; then the
+        # default queue (each loop starts in another world: the definitions' loop below)
+        launch(k, x_other, b, global_size=1, options=OPTIONS)
+        launch(k, x_other, b, global_size=1, queue=same)
+        for i in range(2, n):
             launch(k, x, b, global_size=1)
             if i % FINISH_EVERY == FINISH_EVERY - 1:
                 finish()
+        finish()
+        same.finish()
 
-    v["launch"] = Variant(launch_loop, lambda: float(x.get()[0]), 1)
+    v["launch"] = Variant(launch_loop, lambda: float(x.get()[0] + x_other.get()[0]), 1)
 
     # an array per queue: the queues' commands run at once, in no order between them
     xa, xb = cla.zeros(queue, 1, np.float32), cla.zeros(queue, 1, np.float32)
