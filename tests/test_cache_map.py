@@ -137,7 +137,7 @@ def test_the_cache_map_finds_the_containers_it_must_find():
         "specializer.codegen._released",
         "specializer.world.hot_cell",
         "specializer.backends.cuda._types._SCALARS",
-        "specializer.backends.opencl._args._GUARD_CLASS",
+        "specializer.backends.opencl._args.GUARD_CLASS",
         "specializer.backends.opencl._program._programs",
         "specializer.launching.Launcher.options",
         "specializer.backends.cuda._nvrtc.nvrtc_version",

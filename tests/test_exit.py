@@ -15,7 +15,7 @@ import pytest
 pytest.importorskip("pyopencl")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
 
-from stress_exit import run_once  # noqa: E402
+from stress_exit import run_once
 
 
 @pytest.mark.slow
@@ -34,10 +34,10 @@ def test_the_library_finishes_and_drops_its_default_queue_at_exit():
     from specializer.backends.opencl import _queues
 
     queue = cl.default_queue()
-    assert _queues._default[0][0] is queue
+    assert _queues.default_where[0][0] is queue
     try:
         _queues.finish_default_queue()  # what runs at exit (atexit, at the back-end's import)
-        assert _queues._default[0] == (None, None)
+        assert _queues.default_where[0] == (None, None)
     finally:
         cl.set_default_queue(queue)  # the other tests' default, as it was
     assert cl.default_queue() is queue

@@ -506,8 +506,8 @@ def test_the_parameter_check_runs_once_per_linked_kernel_and_never_on_a_hit(queu
         return "__kernel void checked_once(__global float *x, float v) { x[0] += v; }"
 
     calls = []
-    real = cl._program._check_params
-    monkeypatch.setattr(cl._program, "_check_params", lambda *a: calls.append(a[0]) or real(*a))
+    real = cl._program.check_params
+    monkeypatch.setattr(cl._program, "check_params", lambda *a: calls.append(a[0]) or real(*a))
     x = zeros(queue, 1)
     hk = cl.clfunction(checked_once, (F32, np.float32))
     for _ in range(3):

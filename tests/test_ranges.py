@@ -280,7 +280,7 @@ def test_opencl_writes_float32s_printed_max_and_refuses_what_rounds_to_an_infini
             with _raises(value, np.float32, f"parameter 1 (v) of kernel {sig}"):
                 cl.launch(put_edge32, x, value, global_size=1)
     for t, fit, overflow in EDGES:  # the packing of every float type agrees
-        pack = cl._args._packer(t)
+        pack = cl._args.packer(t)
         for value, becomes in _signed(fit):
             assert np.frombuffer(pack(value), t)[0] == becomes, value
         for value in overflow:

@@ -77,22 +77,22 @@ def device_pointer(obj: Any) -> int:
     return int(obj.__cuda_array_interface__["data"][0])
 
 
-def _view_pointer(v: Any, typestr: str | None) -> int | None:
+def view_pointer(v: Any, typestr: str | None) -> int | None:
     """A cuda.core StridedMemoryView (strides None: C-contiguous)."""
     if typestr is None or (v.strides is None and v.is_device_accessible and v.dtype.str == typestr):
         return int(v.ptr)
     return None
 
 
-def _buffer_pointer(b: Any, typestr: str | None) -> int | None:
+def buffer_pointer(b: Any, typestr: str | None) -> int | None:
     """A cuda.core Buffer: its bytes."""
     if typestr is None or (typestr == "|u1" and b.is_device_accessible):
         return int(b.handle)
     return None
 
 
-def _dlpack_pointer(a: Any, typestr: str | None) -> int | None:
-    return _view_pointer(strided_view(a), typestr)
+def dlpack_pointer(a: Any, typestr: str | None) -> int | None:
+    return view_pointer(strided_view(a), typestr)
 
 
 #: the reader of each foreign array class the slow path typed (but those in cai_classes)

@@ -11,7 +11,7 @@ from typing import Any
 from ... import includes
 from ...compiler import Artifact, Backend, CompilerConfig, CompilerJob
 from ...sources import split_options
-from ._decorators import _definitions
+from ._decorators import definitions
 from ._driver import Context, ContextKey, CUDAError, driver
 from ._module import load
 from ._nvrtc import NVRTCError, supported_archs, version_str
@@ -89,7 +89,7 @@ def _callee_hints(log: str, job: CompilerJob) -> list[str]:
     if not names:
         return []
     defined: dict[str, dict[str, None]] = {}  # name -> the modules defining it
-    for gf in _definitions.device_functions():
+    for gf in definitions.device_functions():
         if gf.name in names:
             defined.setdefault(gf.name, {})[gf.__module__] = None
     listed = {mi.method.gf.name for mi in job.callees}

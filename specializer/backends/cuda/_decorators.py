@@ -7,7 +7,7 @@ from ...types import Struct, WeakScalar
 from ._array import Array
 from ._types import typeof
 
-_definitions = Definitions(
+definitions = Definitions(
     typeof,
     "specializer.backends.cuda",
     (WeakScalar, Struct, Array),
@@ -20,6 +20,6 @@ _definitions = Definitions(
     template instance, in-memory headers).""",
     device_doc="The body returns CUDA C++ source defining ``__device__`` functions.",
 )
-kernel, device = _definitions.kernel, _definitions.device
+kernel, device = definitions.kernel, definitions.device
 #: ``capture(kernel, *values)``: a kernel instance passing ``values`` first on every launch.
-capture = _definitions.capture
+capture = definitions.capture

@@ -18,7 +18,7 @@ from . import _params
 from . import _types as _types
 from ._array import Array, cai_classes, cuarray_class, device_pointer, foreign
 from ._compiler import COMPILER_KWARGS, compiler_config
-from ._decorators import _definitions
+from ._decorators import definitions
 from ._driver import Context, Stream, current_context, current_key, local
 from ._module import LinkedKernel, launch_cooperative
 
@@ -98,7 +98,7 @@ class _CUDALauncher(launching.Launcher):
         return launching.Kind("scalar", t.pytype if issubclass(t, WeakScalar) else t)
 
 
-_launcher = _CUDALauncher(_definitions)
+_launcher = _CUDALauncher(definitions)
 _site = _launcher.site  # the cached lookup's call site (tests count its misses)
 
 
@@ -196,7 +196,7 @@ def code_ptx(
     if arch is not None:
         compiler_kwargs["arch"] = arch
     config = compiler_config(_kwkey(compiler_kwargs), ctx)
-    F = _definitions.kernel_type(f)
-    _definitions.own(F)
+    F = definitions.kernel_type(f)
+    definitions.own(F)
     ptx: str = code_of(F, _launcher.tt_of(tt, "code_ptx"), config).ptx
     return ptx

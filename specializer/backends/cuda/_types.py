@@ -13,15 +13,15 @@ from ._array import (
     DLPACK_CUDA,
     Array,
     CuArray,
-    _buffer_pointer,
-    _dlpack_pointer,
-    _view_pointer,
     argtypes,
     array_type,
+    buffer_pointer,
     cai_classes,
+    dlpack_pointer,
     foreign,
     is_cuda_core,
     strided_view,
+    view_pointer,
 )
 from ._driver import available, current_context
 
@@ -143,11 +143,11 @@ def typeof(value: Any) -> type:
         if not value.is_device_accessible:
             raise ValueError("cannot pass a cuda.core Buffer in host memory to a kernel")
         _check_device(value, value.device_id)
-        foreign.setdefault(value.__class__, _buffer_pointer)
+        foreign.setdefault(value.__class__, buffer_pointer)
         return array_type(np.uint8)
     if is_cuda_core(value, "StridedMemoryView"):
         t = _view_type(value)
-        foreign.setdefault(value.__class__, _view_pointer)
+        foreign.setdefault(value.__class__, view_pointer)
         return t
     if hasattr(value, "__dlpack__") and hasattr(value, "__dlpack_device__"):
         device = value.__dlpack_device__()
@@ -158,7 +158,7 @@ def typeof(value: Any) -> type:
         if int(device[0]) == 2:  # kDLCUDA: one device's memory
             _check_device(value, int(device[1]))
         t = _view_type(strided_view(value))
-        foreign.setdefault(value.__class__, _dlpack_pointer)
+        foreign.setdefault(value.__class__, dlpack_pointer)
         return t
     raise unsupported_argument(value, ACCEPTED)
 

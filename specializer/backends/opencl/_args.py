@@ -32,7 +32,7 @@ class Array(DeviceArray[EltypeT_co]):
     ``Annotated[Array[np.void], dtype]`` in an annotation (as type checkers accept it)."""
 
 
-class _ArgType:
+class ArgType:
     """Base of the argument types that stand for one kind of pyopencl object."""
 
     __argtype_name__: ClassVar[str]
@@ -43,28 +43,28 @@ class _ArgType:
         raise TypeError(f"{cls.__name__} is a kernel argument type, not a value to create")
 
 
-class Buffer(_ArgType):
+class Buffer(ArgType):
     """The argument type of a raw ``pyopencl.Buffer``: a ``__global``/``__constant`` pointer."""
 
     __argtype_name__ = "Buffer"
     __argtype_hint__ = "pass a pyopencl.Buffer (an array's is its .data)"
 
 
-class LocalMemory(_ArgType):
+class LocalMemory(ArgType):
     """The argument type of ``pyopencl.LocalMemory(nbytes)``: a ``__local T *`` parameter."""
 
     __argtype_name__ = "LocalMemory"
     __argtype_hint__ = "pass pyopencl.LocalMemory(nbytes), nbytes the bytes each work group gets"
 
 
-class Image(_ArgType):
+class Image(ArgType):
     """The argument type of a ``pyopencl.Image``: an ``image2d_t``/``image3d_t``/... parameter."""
 
     __argtype_name__ = "Image"
     __argtype_hint__ = "pass a pyopencl.Image"
 
 
-class Sampler(_ArgType):
+class Sampler(ArgType):
     """The argument type of a ``pyopencl.Sampler``: a ``sampler_t`` parameter."""
 
     __argtype_name__ = "Sampler"
@@ -88,7 +88,7 @@ _BY_CLASS: dict[type, type] = {
     cl.Image: Image,
 }
 #: argument type -> the value class its guard checks, where that is not the type itself
-_GUARD_CLASS: dict[type, type] = {t: cls for cls, t in _BY_CLASS.items() if cls is not t}
+GUARD_CLASS: dict[type, type] = {t: cls for cls, t in _BY_CLASS.items() if cls is not t}
 _array_types: dict[np.dtype, type[DeviceArray[Any]]] = {}
 
 
@@ -191,7 +191,7 @@ _C_TYPES: dict[tuple[str, int], tuple[str, str]] = {
 _VECTORS = {v: k for k, v in vars(_cltypes).items() if isinstance(v, np.dtype) and v.names}
 
 
-def _c_type(t: Any) -> tuple[str, str]:
+def c_type(t: Any) -> tuple[str, str]:
     """The OpenCL C type and struct format of a scalar type (a numpy type or dtype)."""
     if isinstance(t, type) and issubclass(t, DeviceArray):
         raise TypeError(
@@ -243,13 +243,13 @@ def ctype(t: type[np.generic] | np.generic | np.dtype[Any] | type[Struct] | Stru
     A numpy scalar value stands for its type (``ctype(np.float32(1)) == "float"``), as a type
     checker sees a method's parameter (``v: np.number``) where the body gets the type."""
     if isinstance(t, np.generic):
-        return _c_type(t.dtype if isinstance(t, np.void) else type(t))[0]
-    return _c_type(t)[0]
+        return c_type(t.dtype if isinstance(t, np.void) else type(t))[0]
+    return c_type(t)[0]
 
 
-def _packer(t: type) -> Callable[[Any], bytes]:
+def packer(t: type) -> Callable[[Any], bytes]:
     """Packs a value into the bytes of parameter type ``t`` (converting, never reinterpreting)."""
-    fmt = _c_type(t)[1]
+    fmt = c_type(t)[1]
     if len(fmt) == 2:  # complex: (real, imag)
         pack2 = struct.Struct("=" + fmt).pack
         return lambda v: pack2(v.real, v.imag)

@@ -12,7 +12,7 @@ import pyopencl as cl
 from ...compiler import CompilerJob, users_error
 from ...signatures import signature
 from ...types import CONCRETE_SCALARS, Struct, type_name
-from ._args import Array, Buffer, Image, LocalMemory, Sampler, _c_type
+from ._args import Array, Buffer, Image, LocalMemory, Sampler, c_type
 
 _SCALAR_PARAMS: dict[str, tuple[str, int]] = {
     **{n: ("int", 1) for n in ("char", "uchar", "signed char", "unsigned char", "bool")},
@@ -218,7 +218,7 @@ def _param_mismatch(t: type, kind: str, size: int, layout: _Layout | None = None
     return f"the argument holds {theirs}, the parameter {layout}"
 
 
-def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str = "") -> None:
+def check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str = "") -> None:
     """Each kernel parameter's type, as the device reports it, against the method's argument
     type (SPEC 8): a clear mismatch is a TypeError, before anything is enqueued. Once per
     linked kernel; devices reporting no argument info are not checked."""
@@ -243,7 +243,7 @@ def _check_params(job: CompilerJob, knl: Any, context: cl.Context, source: str =
         theirs = type_name(t)
         if isinstance(t, type) and issubclass(t, np.generic):
             try:
-                theirs += f" (OpenCL C {_c_type(t)[0]})"
+                theirs += f" (OpenCL C {c_type(t)[0]})"
             except TypeError:  # a type OpenCL C does not spell
                 pass
         raise users_error(

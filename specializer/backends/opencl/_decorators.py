@@ -7,7 +7,7 @@ from ...kernels import Definitions
 from ...types import Struct, WeakScalar
 from ._args import Array, Buffer, Image, LocalMemory, Sampler, typeof
 
-_definitions = Definitions(
+definitions = Definitions(
     typeof,
     "specializer.backends.opencl",
     (WeakScalar, Struct, Array, Buffer, LocalMemory, Image, Sampler),
@@ -20,6 +20,6 @@ _definitions = Definitions(
     (:func:`ctype` spells a type).""",
     device_doc="The body returns OpenCL C source defining helper functions.",
 )
-kernel, device = _definitions.kernel, _definitions.device
+kernel, device = definitions.kernel, definitions.device
 #: ``capture(kernel, *values)``: a kernel instance passing ``values`` first on every launch.
-capture = _definitions.capture
+capture = definitions.capture

@@ -14,14 +14,14 @@ from ...signatures import signature
 from ...types import describe_parameter as _describe
 from ...types import type_name, weak_overflow
 from .. import _pyopencl_private as _private
-from ._args import _packer
-from ._sizes import _sizes
+from ._args import packer
+from ._sizes import sizes
 
 #: a ``_program.LinkedKernel`` (a module above this one)
 LinkedKernel = Any
 
 
-def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
+def bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
     if a.context is not None and a.context.int_ptr != linked.context_ptr:
         raise ValueError(
             f"the array for {_describe(linked, i)} is an array of {a.context!r}, but the "
@@ -38,8 +38,8 @@ def _bad_array(linked: LinkedKernel, i: int, a: cla.Array) -> None:
     )
 
 
-def _size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
-    """A work size's error (from :func:`_sizes`) naming the kernel, for the launch to raise;
+def size_error(linked: LinkedKernel, error: BaseException) -> Exception | None:
+    """A work size's error (from :func:`sizes`) naming the kernel, for the launch to raise;
     None for another error (raised as it is)."""
     named = f"kernel {signature(linked.name, linked.tt)}: {error}"
     if type(error) is TypeError:
@@ -95,10 +95,10 @@ def _work_group_problem(
 
 # RuntimeError: pyopencl's std::bad_cast for a work size past size_t (an int global_size is
 # not range-checked before the enqueue: checking costs every launch, a failure only itself)
-_FAILURES = (cl.Error, struct.error, OverflowError, TypeError, RuntimeError)
+FAILURES = (cl.Error, struct.error, OverflowError, TypeError, RuntimeError)
 
 
-def _failed(
+def failed(
     linked: LinkedKernel,
     values: tuple[Any, ...],
     error: Exception,
@@ -119,11 +119,11 @@ def _failed(
         )
     if isinstance(error, RuntimeError) and not isinstance(error, cl.Error):
         try:
-            _sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it
+            sizes(global_size, local_size, None)  # a size past size_t: a ValueError naming it
         except ValueError as e:
-            return _size_error(linked, e)
+            return size_error(linked, e)
     if isinstance(error, cl.Error) and "INVALID_WORK_GROUP_SIZE" in str(error):
-        g, ls, _ = _sizes(global_size, local_size, None)
+        g, ls, _ = sizes(global_size, local_size, None)
         try:
             why = _work_group_problem(linked, g, ls) if ls is not None else None
         except cl.Error:  # a device that does not say: the rules, then
@@ -141,7 +141,7 @@ def _failed(
     for i, (t, v) in enumerate(zip(linked.tt, values)):
         if isinstance(error, (struct.error, OverflowError)) and isinstance(v, (int, float)):
             try:
-                _packer(t)(v)
+                packer(t)(v)
             except (struct.error, OverflowError):
                 return weak_overflow(v, t, _describe(linked, i))  # the core's error
     if isinstance(error, cl.Error) and "clSetKernelArg" in str(error):
@@ -163,7 +163,7 @@ def _set_one(knl: Any, i: int, t: type, v: Any) -> None:
     if isinstance(v, cla.Array):
         knl.set_arg(i, v.base_data)
     elif isinstance(v, (int, float)) and not isinstance(v, np.generic):
-        _private.set_arg_buf(knl)(i, _packer(t)(v))
+        _private.set_arg_buf(knl)(i, packer(t)(v))
     elif isinstance(v, (np.generic, np.ndarray)):
         _private.set_arg_buf(knl)(i, v)
     else:

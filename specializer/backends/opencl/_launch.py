@@ -17,11 +17,11 @@ from ...compiler import CompilerConfig
 from ...kernels import Kernel, KernelInstance, uncached_lookup
 from ...types import Struct, WeakScalar, resolve_weak
 from . import _queues
-from ._args import _GUARD_CLASS, Array, LocalMemory, Sampler, _ArgType, _c_type, _packer
-from ._decorators import _definitions
-from ._failures import _FAILURES, _bad_array, _failed, _size_error
-from ._program import LinkedKernel, OpenCLBackend, _nothing
-from ._sizes import _sizes
+from ._args import GUARD_CLASS, ArgType, Array, LocalMemory, Sampler, c_type, packer
+from ._decorators import definitions
+from ._failures import FAILURES, bad_array, failed, size_error
+from ._program import LinkedKernel, OpenCLBackend, nothing
+from ._sizes import sizes
 
 BACKEND = OpenCLBackend()
 _configs: dict[tuple[str, ...], CompilerConfig] = {}
@@ -84,16 +84,16 @@ class _OpenCLLauncher(launching.Launcher):
     compiler_kwargs = COMPILER_KWARGS
     lookup_name = "clfunction"
     namespace = {
-        "_default": _queues._default,
-        "_first_default": _queues._first_default,
+        "_default": _queues.default_where,
+        "_first_default": _queues.first_default,
         "_where": _queues.context_key,
         "_enqueue": cl.enqueue_nd_range_kernel,
-        "_sizes": _sizes,
-        "_size_error": _size_error,
-        "_bad_array": _bad_array,
-        "_failed": _failed,
-        "_FAILURES": _FAILURES,
-        "_nothing": _nothing,
+        "_sizes": sizes,
+        "_size_error": size_error,
+        "_bad_array": bad_array,
+        "_failed": failed,
+        "_FAILURES": FAILURES,
+        "_nothing": nothing,
         "_ref": weakref.ref,
     }
 
@@ -112,20 +112,20 @@ class _OpenCLLauncher(launching.Launcher):
             return launching.Kind("local", cl.LocalMemory)
         if issubclass(t, Sampler):
             return launching.Kind("sampler", cl.Sampler, check=_other_context)
-        if issubclass(t, _ArgType):  # a buffer or an image: checked by class on a miss
-            return launching.Kind("object", _GUARD_CLASS[t], check=_other_context)
+        if issubclass(t, ArgType):  # a buffer or an image: checked by class on a miss
+            return launching.Kind("object", GUARD_CLASS[t], check=_other_context)
         if issubclass(t, Struct):
             return launching.Kind("bytes", np.void, t.dtype)
         if issubclass(t, WeakScalar):
-            pack = _packer(resolve_weak(t, r))
+            pack = packer(resolve_weak(t, r))
             return launching.Kind(
                 "packed_each" if captured else "packed", t.pytype, values={"pack": pack}
             )
-        _c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
+        c_type(r)  # a type OpenCL has, so its numpy scalar's bytes are the argument
         return launching.Kind("bytes" if captured else "scalar", t)
 
 
-_launcher = _OpenCLLauncher(_definitions)
+_launcher = _OpenCLLauncher(definitions)
 
 
 class HostKernel(launching.HostKernel):

@@ -20,8 +20,8 @@ from ...signatures import signature
 from ...sources import KernelSource as _KernelSource
 from ...sources import method_options
 from .. import _pyopencl_private as _private
-from ._cdecl import _check_params
-from ._decorators import _definitions
+from ._cdecl import check_params
+from ._decorators import definitions
 from ._queues import ContextKey
 
 _private.cache_off_without_home()  # no home: pyopencl's caches would fail every Kernel (SPEC 9)
@@ -49,7 +49,7 @@ class OpenCLSource:
     options: tuple[str, ...] = ()
 
 
-def _nothing() -> None:
+def nothing() -> None:
     """A pool record's mark where nothing is known to be set: called as a dead weak reference."""
 
 
@@ -107,8 +107,8 @@ class LinkedKernel:
             knl.set_arg,
             _private.set_arg_buf(knl),
             knl,
-            *([_nothing] * len(self.tt)),
-            (_nothing,),  # no global size is that object
+            *([nothing] * len(self.tt)),
+            (nothing,),  # no global size is that object
         ]
 
     def __repr__(self) -> str:
@@ -144,7 +144,7 @@ _IMPLICIT = re.compile(r"implicit declaration of function '(\w+)'")
 
 def _callee_hint(log: str) -> str:
     """A hint naming the device functions the log found undeclared: not in the kernel's callees."""
-    devices = {gf.name for gf in _definitions.device_functions()}
+    devices = {gf.name for gf in definitions.device_functions()}
     names = sorted({n for n in _IMPLICIT.findall(log) if n in devices})
     if not names:
         return ""
@@ -170,7 +170,7 @@ def _build_options_for(
 ) -> tuple[str, ...]:
     """The options a program is built with: ``-I`` directories made absolute (else resolved
     against whatever directory the compiler runs in), and ``-cl-kernel-arg-info`` where every
-    device takes it (OpenCL 1.2+, asked once per context), for :func:`_check_params`."""
+    device takes it (OpenCL 1.2+, asked once per context), for :func:`check_params`."""
     out: list[str] = []
     it = iter(options)
     for o in it:
@@ -284,7 +284,7 @@ class OpenCLBackend(Backend):
                 f"signature {sig} has {len(job.mi.tt)} (captured values count): "
                 "annotate one parameter per kernel parameter"
             )
-        _check_params(job, knl, ctx, artifact.source)
+        check_params(job, knl, ctx, artifact.source)
         return LinkedKernel(job.name, job.mi.tt, context, built, knl, artifact.source)
 
     def relink(self, job: CompilerJob, artifact: Any, context: Hashable, linked: Any) -> Any:

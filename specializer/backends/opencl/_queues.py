@@ -15,7 +15,7 @@ from .. import _pyopencl_private as _private
 
 #: (the default queue, its context's key), read by every launch given no queue; (None,
 #: None) until the first launch, or default_queue(), makes it
-_default: list[tuple[cl.CommandQueue | None, Any]] = [(None, None)]
+default_where: list[tuple[cl.CommandQueue | None, Any]] = [(None, None)]
 _default_lock = new_lock(reentrant=False)
 
 
@@ -50,20 +50,20 @@ def default_queue() -> cl.CommandQueue:
     """The queue launches use when given none: the one set with :func:`set_default_queue`,
     else a queue on PoCL's CPU device (created on first use, then kept). In a fork of a
     process that used the device, the fork error (see :func:`launch`)."""
-    return _first_default()[0]
+    return first_default()[0]
 
 
-def _first_default() -> tuple[cl.CommandQueue, ContextKey]:
+def first_default() -> tuple[cl.CommandQueue, ContextKey]:
     """The default queue and its where, the queue made on first use."""
     check_fork()  # using a queue is using the device
-    queue, where = _default[0]
+    queue, where = default_where[0]
     if queue is None:
         with _default_lock():
-            queue, where = _default[0]
+            queue, where = default_where[0]
             if queue is None:
                 queue = cl.CommandQueue(cl.Context([_pocl_cpu_device()]))
                 where = context_key(queue)
-                _default[0] = (queue, where)
+                default_where[0] = (queue, where)
     return queue, where
 
 
@@ -76,7 +76,7 @@ def set_default_queue(queue: cl.CommandQueue | None) -> None:
         check_fork()  # a queue of the user's is a device in use
         default = (queue, context_key(queue))
     with _default_lock():
-        _default[0] = default
+        default_where[0] = default
 
 
 def finish_default_queue() -> None:
@@ -84,8 +84,8 @@ def finish_default_queue() -> None:
     before the interpreter's (and the C library's) exit handlers run, so no device thread is
     still working for it then."""
     with _default_lock():
-        queue = _default[0][0]
-        _default[0] = (None, None)
+        queue = default_where[0][0]
+        default_where[0] = (None, None)
     if queue is not None:
         try:
             queue.finish()

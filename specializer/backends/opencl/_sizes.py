@@ -51,7 +51,7 @@ def _dims(v: Any, what: str, least: int) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _sizes(global_size: Any, local_size: Any, global_offset: Any) -> tuple[Any, Any, Any]:
+def sizes(global_size: Any, local_size: Any, global_offset: Any) -> tuple[Any, Any, Any]:
     """The work sizes, checked before anything is enqueued; errors name the parameter."""
     g = _dims(global_size, "global_size", 1)
     ls = None if local_size is None else _dims(local_size, "local_size", 1)
