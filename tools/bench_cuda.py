@@ -1,26 +1,26 @@
 """Benchmark of the CUDA back-end's launch path, each figure beside a baseline measured in the
 same run.
 
-1. The launch entry up to the driver call, no GPU needed. Host-thread instructions per launch
+1. The launch path up to the driver call, no GPU needed. Host-thread instructions per launch
    under ``valgrind --tool=callgrind --separate-threads=yes --dump-before=getppid``
    (``tools/callgrind.thread_dumps``: a marker call ``os.getppid()`` between the loops, only
    the main thread's dumps read; the difference of two loop lengths, so the markers cancel;
    the empty loop subtracted) for the kernel ``fill(float *x, float v, long long n)``, with a
-   CuArray, an np.float32 and a Python int, ``grid=4, block=256``. The core's generated launch
-   path is built as a lookup would build it (the signature's factory bound to a stand-in for
-   the linked kernel, which cannot be linked without a GPU), its front entry published on the
-   kernel for the current world and a where set as the thread's context key, and
-   ``cuLaunchKernel`` (the ``_launch`` global of the factory's module) replaced by a no-op
-   Python function returning ``(0,)`` that counts its calls: every measured launch must reach
-   it.
+   CuArray, an np.float32 and a Python int, ``grid=4, block=256``. The signature's invoker is
+   made as a miss makes it (its factory bound to a stand-in for the linked kernel, which cannot
+   be linked without a GPU) and kept as the kernel's cell entry for the current world and a
+   where set as the thread's context key, and ``cuLaunchKernel`` (the ``_launch`` global of
+   the factory's module) replaced by a no-op Python function returning ``(0,)`` that counts
+   its calls: every measured launch must reach it.
 
-   - ``launch(k, x, v, n, grid=4, block=256)``: the real generated ``cuda.launch``, the front
-     entry (world, where and kwargs check, the argument guard, the grid and block, the range
-     check, a buffer from the pool, the device pointer, three stores) up to the driver call;
-   - a HostKernel call ``hk(x, v, n, grid=4, block=256)``, the same path through the
-     signature's generated call;
-   - ours, packing: what the entry spends on its parameters, the entry of this signature minus
-     the entry of a kernel without parameters;
+   - ``launch(k, x, v, n, grid=4, block=256)``: the real generated ``cuda.launch`` (the where,
+     the cell's newest entry: world, where and kwargs) and the invoker (the argument guard, the
+     grid and block, the range check, a buffer from the pool, the device pointer, three stores)
+     up to the driver call;
+   - a HostKernel call ``hk(x, v, n, grid=4, block=256)``, the same invoker through the
+     HostKernel's call;
+   - ours, packing: what the launch spends on its parameters, this signature's launch minus
+     the launch of a kernel without parameters;
    - cuda.bindings, our int address: what ``cuLaunchKernel`` then does with the buffer's
      address, an int (its private ``_HelperKernelParams``, which it runs on ``kernelParams``);
    - cuda.bindings (values, types): what ``cuLaunchKernel`` does instead on every call given
@@ -31,7 +31,7 @@ same run.
    - the same launch and HostKernel call with ``x`` a foreign array (a class with only
      ``__cuda_array_interface__``, version 3, as an attribute; and, reported only, as a
      property building its dict on each read, as CuPy's does), whose class the slow path
-     has typed once, so the front entry holds it by its class's reader.
+     has typed once, so the invoker's guard takes it by its class's reader.
 
    The bars: ours, packing plus the binding taking our int costs fewer instructions than the
    binding packing the (values, types) form; the launch and the HostKernel call with the
@@ -170,7 +170,7 @@ class _Linked:
 
     def __init__(self, tt: tuple[type, ...]) -> None:
         self.tt = tt
-        self.bound: dict = {}
+        self.invokers: dict = {}
 
 
 class _Driver:
@@ -190,14 +190,14 @@ class _Driver:
 
 @contextlib.contextmanager
 def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
-    """The no-GPU loops, with the front entries of ``fill`` and ``nothing`` published as a
-    lookup publishes them and the driver replaced by the stand-in; all undone on exit."""
+    """The no-GPU loops, with the cell entries of ``fill`` and ``nothing`` kept as a miss
+    keeps them and the driver replaced by the stand-in; all undone on exit."""
     from cuda.bindings import driver
 
     launcher = cuda._launch._launcher
     stub = _Driver()
     where = (object(), ())  # what a context's key is: (context, no compiler kwargs)
-    saved_key, local.key = local.key, where  # so that the entries' where check passes
+    saved_key, local.key = local.key, where  # so that the entries' where matches
     patched: list[dict] = []
     made = []
     try:
@@ -205,14 +205,14 @@ def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
             (fill, launcher.tt_of(TT), RESOLVED),
             (nothing, (), ()),
         ):
-            factory = launcher.invokers.factory(lookup_tt, resolved, 0, False)
+            factory = launcher.invokers.factory(None, lookup_tt, resolved)[0]
             glb = factory.__globals__
             patched.append(glb)
             glb["_saved_launch"], glb["_launch"] = glb["_launch"], stub.launch
             linked = _Linked(resolved)
-            _, front, host, _ = launcher.bound(linked, lookup_tt, k)
-            k._cuda_front = front(world.hot_cell[0], where, {}, k, launcher.other, None)
-            made.append(cuda.HostKernel.new(host(k, where), k, where, lookup_tt, linked))
+            invoke = launcher.invokers.of(linked, None, lookup_tt)[0]
+            launcher._store(k, world.task_cell()[0], where, {}, invoke)  # as a miss keeps it
+            made.append(cuda.HostKernel(k, lookup_tt, linked, where, invoke, {}))
         hk, hk0 = made
 
         helper = driver._HelperKernelParams  # what cuLaunchKernel runs on its kernelParams
@@ -299,8 +299,7 @@ def _published() -> Iterator[tuple[dict[str, Callable[[int], None]], _Driver]]:
         for glb in patched:
             glb["_launch"] = glb.pop("_saved_launch")
         for k in (fill, nothing):
-            with contextlib.suppress(AttributeError):
-                delattr(k, "_cuda_front")
+            setattr(k, launcher.attr, None)  # (its entries' where is this stand-in's)
         local.key = saved_key
 
 
@@ -378,7 +377,7 @@ def entry(needs_valgrind: bool) -> bool:
     )
     out("| variant | instructions/launch |")
     out("|---|---:|")
-    out(f"| **{LAUNCH}**, the whole front entry up to the driver call | {net[LAUNCH]:.0f} |")
+    out(f"| **{LAUNCH}**, the whole launch path up to the driver call | {net[LAUNCH]:.0f} |")
     out(f"| **{HOST}** | {net[HOST]:.0f} |")
     for k in (LAUNCH_FOREIGN, HOST_FOREIGN, LAUNCH_FOREIGN_PROP):
         out(f"| **{k}** | {net[k]:.0f} |")
