@@ -1,5 +1,8 @@
-"""What the README and the pages in docs/ tell a newcomer is what works: the reference's module
-data entries carry their own text and the code's values."""
+"""What the README and the pages in docs/ tell a newcomer to type is what works: every install
+line is the README's (the venv's pip, ``editable_mode=compat``, which type checkers follow),
+tools run from ``.venv/bin`` (not on ``PATH`` unless the venv is activated), the extras are
+listed as pyproject.toml has them, and the reference's module data entries carry their own
+text and the code's values."""
 
 from __future__ import annotations
 
@@ -12,6 +15,78 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+COMPAT = "--config-settings editable_mode=compat"
+TOOLS = ("pip", "pip3", "pytest", "mypy", "pyright", "ruff", "sphinx-build")
+
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def _code(page: Path) -> list[tuple[int, str, bool]]:
+    """(line, text, in a shell block) of each shell line and inline code span of a page (Python
+    blocks are tests/test_docs.py's)."""
+    text = page.read_text(encoding="utf-8")
+    out = []
+    prose = text
+    for m in _FENCE.finditer(text):
+        prose = prose.replace(m.group(0), "\n" * m.group(0).count("\n"))
+        if m.group(1) in ("sh", "bash", "console", ""):
+            first = text.count("\n", 0, m.start(2)) + 1
+            lines = m.group(2).splitlines()
+            out += [(first + i, s, True) for i, s in enumerate(lines) if s.strip()]
+    for m in _SPAN.finditer(prose):
+        out.append((prose.count("\n", 0, m.start()) + 1, m.group(1), False))
+    return out
+
+
+def _where(page: Path, line: int) -> str:
+    return f"{page.relative_to(ROOT)}:{line}"
+
+
+def test_every_install_line_is_the_readmes():
+    seen = 0
+    for page in PAGES:
+        for line, code, _ in _code(page):
+            for m in re.finditer(r"(\S*)pip install\b[^&#]*", code):
+                seen += 1
+                assert m.group(1) == ".venv/bin/", (_where(page, line), m.group(0))
+                if " -e " in m.group(0):
+                    assert COMPAT in m.group(0), (_where(page, line), m.group(0))
+    assert seen >= 6
+
+
+def test_tools_are_run_from_the_venv():
+    """A tool as a command: a shell line, or a code span with its arguments (a span that only
+    names it, `mypy`, is a name)."""
+    tool = r"(?:^|&&|\|\||;)\s*(" + "|".join(map(re.escape, TOOLS)) + ")"
+    command = {True: re.compile(tool + r"(?=\s|$)"), False: re.compile(tool + r"(?=\s+\S)")}
+    for page in PAGES:
+        for line, code, in_block in _code(page):
+            m = command[in_block].search(code)
+            assert m is None, f"{_where(page, line)}: run {m.group(1)} as .venv/bin/{m.group(1)}"
+
+
+def _extras() -> dict[str, list[str]]:
+    """pyproject.toml's extras, each with its packages' names (read without tomllib: 3.10)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    table = text.split("[project.optional-dependencies]\n", 1)[1].split("\n[", 1)[0]
+    table = re.sub(r"#[^\n]*", "", table)
+    out = {}
+    for m in re.finditer(r"^(\w+) = \[(.*?)\]$", table, re.S | re.M):
+        out[m.group(1)] = re.findall(r'"([A-Za-z0-9_.-]+)', m.group(2))
+    return out
+
+
+def test_the_extras_are_listed_as_pyproject_has_them():
+    extras = _extras()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = re.search(r"^Extras: (.*?)\.", readme, re.M)
+    assert line is not None
+    assert re.findall(r"`(\w+)`", line.group(1)) == list(extras)
+    start = (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8")
+    listed = re.search(r"`test` \(([^)]*)\)", start)
+    assert listed is not None
+    assert re.split(r", | and ", listed.group(1)) == extras["test"]
 
 
 def _data_entries(page: str) -> dict[str, tuple[str | None, str]]:
