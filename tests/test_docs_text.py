@@ -1,14 +1,15 @@
 """What the README and the pages in docs/ tell a newcomer to type is what works: every install
 line is the README's (the venv's pip, ``editable_mode=compat``, which type checkers follow),
-tools run from ``.venv/bin`` (not on ``PATH`` unless the venv is activated), the extras are
-listed as pyproject.toml has them, and the reference's module data entries carry their own
-text and the code's values."""
+tools run from ``.venv/bin`` (not on ``PATH`` unless the venv is activated), each of the
+README's two commands makes the venv it uses, the extras are listed as pyproject.toml has
+them, and the reference's module data entries carry their own text and the code's values."""
 
 from __future__ import annotations
 
 import ast
 import importlib
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,31 @@ def test_tools_are_run_from_the_venv():
         for line, code, in_block in _code(page):
             m = command[in_block].search(code)
             assert m is None, f"{_where(page, line)}: run {m.group(1)} as .venv/bin/{m.group(1)}"
+
+
+def _two_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("## Two commands\n", 1)[1].split("\n## ", 1)[0]
+    block = _FENCE.search(section)
+    assert block is not None and block.group(1) == "sh"
+    return [s for s in block.group(2).splitlines() if s.strip()]
+
+
+@pytest.mark.parametrize(
+    "i, extras, runs",
+    [(0, {"opencl"}, "-m specializer demo"), (1, {"opencl", "cuda", "test"}, "-m pytest")],
+)
+def test_each_of_the_two_commands_makes_the_venv_it_uses(i, extras, runs):
+    commands = _two_commands()
+    assert len(commands) == 2
+    command = commands[i].split("#", 1)[0].strip()
+    subprocess.run(["bash", "-n", "-c", command], check=True)  # one line of valid shell
+    steps = [s.strip() for s in re.split(r"&&|\|\|", command)]
+    assert steps[0] == "[ -d .venv ]" and steps[1].startswith("python3 -m venv "), command
+    install = re.fullmatch(r"\.venv/bin/pip install -e '\.\[([a-z,]+)\]' " + COMPAT, steps[2])
+    assert install is not None, steps[2]
+    assert set(install.group(1).split(",")) == extras
+    assert steps[3] == f".venv/bin/python {runs}" and len(steps) == 4
 
 
 def _extras() -> dict[str, list[str]]:
