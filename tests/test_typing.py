@@ -36,7 +36,8 @@ cl.launch(fill, x, np.float32(3))
 def _needs(module: str) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip(
-            f"{module} is not installed (it is in the test extra: pip install -e '.[test]')"
+            f"{module} is not installed (it is in the test extra: "
+            ".venv/bin/pip install -e '.[test]' --config-settings editable_mode=compat)"
         )
 
 
