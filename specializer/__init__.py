@@ -1,6 +1,7 @@
 """specializer: per-launch kernel lookups that are nearly free and exactly right.
 
-Start here (OpenCL on PoCL's CPU device: ``pip install 'specializer[opencl]'``)::
+Start here (OpenCL on PoCL's CPU device; from a checkout, ``.venv/bin/pip install -e
+'.[opencl]' --config-settings editable_mode=compat``)::
 
     import numpy as np
     import pyopencl.array as cla

@@ -1253,7 +1253,7 @@ def test_a_missing_toolkit_header_directory_is_named_with_how_to_get_it(monkeypa
     msg = str(e.value)
     assert "<cuda_fp16.h> is one of the CUDA runtime headers" in msg
     assert "no directory of them was found" in msg and "cudart" in msg
-    assert "pip install 'specializer[cuda]'" in msg and "CUDA_HOME" in msg
+    assert "pip install -e '.[cuda]'" in msg and "CUDA_HOME" in msg
 
     @cuda.kernel
     def needs_cccl(x: A[np.int32]) -> str:

@@ -2,7 +2,7 @@
 
 A kernel factory is a function that defines an ``@cl.kernel`` closure over one of its locals:
 each call makes a kernel of its own. This launches ``--n`` (2,000) products on the OpenCL
-back-end (PoCL's CPU device by default), each twice (the miss, then its front entry), drops
+back-end (PoCL's CPU device by default), each twice (the miss, then its cell's entry), drops
 them, collects, and prints how many are still alive (weak references) and how much the
 process grew (resident set, MiB, after a warm-up of 50 products so that the runtime's own
 first-use costs are not counted, and after glibc's ``malloc_trim`` where there is one, so

@@ -21,7 +21,8 @@ try:
     from cuda.bindings import driver as driver  # re-exported: the back-end modules use it
 except ImportError as e:  # pragma: no cover - the cuda extra is installed wherever this is used
     raise ImportError(
-        "the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' "
+        "the CUDA back-end needs cuda-python: pip install -e '.[cuda]' "
+        "--config-settings editable_mode=compat in a checkout (or the wheel's [cuda] extra) "
         f"(importing cuda.bindings failed: {e})"
     ) from e
 

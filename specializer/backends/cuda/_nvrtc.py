@@ -11,7 +11,8 @@ try:
     from cuda.bindings import nvrtc as nvrtc  # re-exported: the back-end modules use it
 except ImportError as e:  # pragma: no cover - the cuda extra is installed wherever this is used
     raise ImportError(
-        f"the CUDA back-end needs cuda-python: pip install 'specializer[cuda]' ({e})"
+        f"the CUDA back-end needs cuda-python: pip install -e '.[cuda]' --config-settings "
+        f"editable_mode=compat in a checkout, or the wheel's [cuda] extra ({e})"
     ) from e
 
 

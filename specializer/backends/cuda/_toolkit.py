@@ -115,7 +115,7 @@ def install_hint() -> str:
     """How to get the toolkit's headers of NVRTC's own version."""
     major = nvrtc_version()[0]
     return (
-        f"install them with pip install 'specializer[cuda]' (which brings "
+        f"install them with the [cuda] extra (pip install -e '.[cuda]' in a checkout, which brings "
         f"cuda-toolkit[cudart,cccl]), or pip install 'cuda-toolkit[cudart,cccl]=={major}.*' "
         f"to match NVRTC {major}.x, or set CUDA_HOME (or CUDA_PATH) to a CUDA {major} toolkit"
     )

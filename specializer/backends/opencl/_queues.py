@@ -41,7 +41,8 @@ def _pocl_cpu_device() -> cl.Device:
     found = ", ".join(p.name for p in platforms) or "none"
     raise RuntimeError(
         f"no PoCL CPU device found (OpenCL platforms: {found}): install it with "
-        "`pip install pocl-binary-distribution` (or `pip install specializer[opencl]`), "
+        "`pip install pocl-binary-distribution` (or the [opencl] extra: "
+        "`pip install -e '.[opencl]'` in a checkout), "
         "or pick a queue with specializer.backends.opencl.set_default_queue(queue)"
     )
 
