@@ -16,5 +16,5 @@ def cuda_launch(
         except _Missed:  # an argument of another type: another entry's
             pass
     return f._specializer_cuda_cell[2](
-        f, args, where, kw, (grid, block, stream, shared_mem, cooperative)
+        f, args, where, kw, grid, block, stream, shared_mem, cooperative
     )

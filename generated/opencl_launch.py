@@ -19,5 +19,5 @@ def opencl_launch(
         except _Missed:  # an argument of another type: another entry's
             pass
     return f._specializer_opencl_cell[2](
-        f, args, where, kw, (global_size, local_size, global_offset, wait_for, queue)
+        f, args, where, kw, global_size, local_size, global_offset, wait_for, queue
     )
