@@ -223,7 +223,7 @@ class PyLauncher(Launcher):
     def __init__(self, definitions: Definitions, backend: ItemsBackend) -> None:
         self.backend = backend
         self.default = [DEFAULT_CONTEXT]  # the default context's cell
-        self.namespace = {"_default": self.default, "_context": _context, "_size": _size}
+        self.namespace = {"_default": self.default, "_size": _size}
         self._configs: dict[tuple, CompilerConfig] = {}
         self._configs_lock = threading.Lock()
         super().__init__(definitions)
@@ -240,6 +240,7 @@ class PyLauncher(Launcher):
         return uncached_lookup(F, tt, self.config(defines), context)
 
     def key(self, where, kw):
+        _context(where)  # a context names one: hashable
         if not kw:
             return (where, ())
         unknown = sorted(set(kw) - {"defines"})
