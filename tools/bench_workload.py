@@ -24,13 +24,14 @@ The five ways, each on arrays of its own, all on ``cl.default_queue()``:
   operations, called ``knl(v, u, f, w, h2, size)``;
 - ``pyopencl.array`` expressions, as a user writes them with numpy: ``v[1:-1] = u[1:-1] + w *
   (0.5 * (u[:-2] + u[2:] + h2 * f[1:-1]) - u[1:-1])``, ``t = v - u; acc += t * t``, ``u[:] =
-  v`` (about a dozen kernels an iteration, each temporary from a ``pyopencl.tools.MemoryPool``,
+  v`` (12 kernels an iteration, each temporary from a ``pyopencl.tools.MemoryPool``,
   as pyopencl's documentation advises).
 
-The first four run the same OpenCL C statements. Every variant's final ``u`` and ``acc`` are
-checked against a numpy run of the same iterations (float32 tolerances: the array expressions
-round each intermediate, the kernels may fuse multiply-adds), which also checks that every
-iteration ran.
+The first four run the same OpenCL C statements. After the loops, every variant must hold
+typed pyopencl's final ``u`` and ``acc`` bit for bit, the array expressions numpy's (each
+operation rounds as numpy's does), and typed pyopencl's must be numpy's within float32
+tolerances (the kernels may fuse multiply-adds): a lost iteration or a wrong argument fails
+the run.
 
 Two columns per iteration, each variant in a loop of its own after a warm-up, ``queue.finish()``
 at the end of each loop, both less an empty loop's (the same loop choosing the weight, and the
@@ -46,7 +47,7 @@ at the end of each loop, both less an empty loop's (the same loop choosing the w
 Each as a ratio to typed pyopencl. ``--json PATH`` writes the figures for
 ``tools/plot_benchmarks.py``.
 
-Run: ``python tools/bench_workload.py [--json PATH]`` (about 5 minutes on two cores, most of it
+Run: ``python tools/bench_workload.py [--json PATH]`` (about 3 minutes on two cores, most of it
 under callgrind); ``--quick`` is a smoke run (a few iterations, no valgrind), ``--rounds`` and
 ``--iterations`` change the wall-time rounds.
 """
