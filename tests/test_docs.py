@@ -60,6 +60,8 @@ def test_docs_block_runs(page, i, monkeypatch):
         pytest.importorskip("pyopencl")
     if "dask" in source:
         pytest.importorskip("dask.distributed")
+    if "specializer.backends import cuda" in source:
+        pytest.importorskip("cuda.bindings.nvrtc")  # the `cuda` extra
     monkeypatch.setattr(sys, "path", list(sys.path))  # a block may add its own directory
     namespace = {"__name__": f"docs_{page.stem}_{chain[0][0]}"}
     for code in compiled:
