@@ -89,7 +89,7 @@ def test_help_of_the_package_starts_with_a_launch_that_runs():
 
     doc = specializer.__doc__ or ""
     head, _, rest = doc.partition("::\n\n")
-    assert "\n\n" in head and len(head.splitlines()) <= 3  # the summary line, then the start
+    assert "\n\n" in head and len(head.splitlines()) <= 4  # the summary, then the start
     block = textwrap.dedent(re.match(r"(?:    .*\n|\n)+", rest).group(0))
     assert "from specializer.backends import opencl as cl" in block and "cl.launch(" in block
     pytest.importorskip("pyopencl")
