@@ -945,6 +945,28 @@ def test_wait_for_a_user_event(queue):
     same_bytes(read(queue, a_buf, a), 16 * a)
 
 
+def test_one_event_as_wait_for_is_refused_naming_wait_for_and_the_kernel(queue):
+    ctx = queue.context
+    a = np.arange(64, dtype=np.float32)
+    a_buf = to_buffer(ctx, a)
+    knl = cl.clfunction(offset_mult, (cl.Buffer,))
+    evt = cl.launch(offset_mult, a_buf, global_size=a.shape, queue=queue)
+    for launch in (
+        lambda wait_for: cl.launch(
+            offset_mult, a_buf, global_size=a.shape, wait_for=wait_for, queue=queue
+        ),
+        lambda wait_for: knl(a_buf, global_size=a.shape, wait_for=wait_for),
+    ):
+        with pytest.raises(
+            TypeError, match=r"wait_for= of kernel offset_mult.*\(for one event, pass \[event\]\)"
+        ):
+            launch(evt)
+        with pytest.raises(TypeError, match=r"wait_for= of kernel offset_mult.*got 3"):
+            launch(3)
+        launch([evt]).wait()  # the pool's kernel object was given back: the next launch runs
+    same_bytes(read(queue, a_buf, a), 8 * a)
+
+
 # -- HandsOnOpenCL Exercise 8: blocked matrix multiply with two __local tiles -------------
 
 MMUL = """
