@@ -3,8 +3,8 @@
 
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
-call up has a hook the higher one sets at import (CUDA's ``_driver.on_forget``; OpenCL's
-``_queues._launcher``); the last tests check they are set. CUDA's driver keeps its own record
+call up has a hook the higher one sets at import (CUDA's ``_driver.on_forget``); a test
+checks it is set. Few private names cross from one module to another (read the same way). CUDA's driver keeps its own record
 of device use (``_driver.check_use``), calling nothing above it.
 """
 
@@ -201,3 +201,81 @@ def test_a_context_gone_drops_the_modules_loaded_into_it() -> None:
     _module._modules[token] = {"program": object()}
     _driver._forget(token)
     assert token not in _module._modules
+
+
+def _private_names_taken_across_modules(package: Path = CORE) -> set[tuple[str, str, str]]:
+    """(taker, module, name) for each private name (``_x``, not ``__x__``) one module of
+    ``package`` takes from another: ``from .m import _x``, or ``m._x`` where ``m`` is a module
+    of the package imported by name."""
+    root = package.parent
+    private = lambda n: n.startswith("_") and not n.startswith("__")  # noqa: E731
+
+    def is_module(dotted: str) -> bool:
+        path = root / dotted.replace(".", "/")
+        return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+    found: set[tuple[str, str, str]] = set()
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        taker = ".".join(parts)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        modules: dict[str, str] = {}  # a local name bound to a module of the package
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = parts if is_package else parts[:-1]
+                if node.level:
+                    base = base[: len(base) - (node.level - 1)]
+                    source = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    source = node.module or ""
+                if source.split(".")[0] != package.name:
+                    continue
+                for alias in node.names:
+                    if is_module(f"{source}.{alias.name}"):
+                        modules[alias.asname or alias.name] = f"{source}.{alias.name}"
+                    elif private(alias.name) and source != taker:
+                        found.add((taker, source, alias.name))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name.split(".")[0] == package.name and alias.asname:
+                        modules[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and modules[node.value.id] != taker
+                and private(node.attr)
+            ):
+                found.add((taker, modules[node.value.id], node.attr))
+    return found
+
+
+def test_few_private_names_are_taken_across_modules() -> None:
+    # What one module shares with another is public within the package's private modules; the
+    # names left are the OpenCL package's own launcher and the site its errors name.
+    opencl = "specializer.backends.opencl"
+    assert _private_names_taken_across_modules() == {
+        (opencl, f"{opencl}._launch", "_launcher"),
+        (opencl, f"{opencl}._launch", "_site"),
+    }
+
+
+def test_the_private_name_reader_sees_each_form(tmp_path: Path) -> None:
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from .a import _x, y\n")
+    (pkg / "a.py").write_text("_x = y = 1\n_own = 2\nfrom .a import _own\n")
+    (pkg / "b.py").write_text("from . import a\nimport pkg.a as aa\nprint(a._x, aa._z, a.y)\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "c.py").write_text("from ..a import _w\nfrom pkg import b\nb._v\n")
+    assert _private_names_taken_across_modules(pkg) == {
+        ("pkg", "pkg.a", "_x"),
+        ("pkg.b", "pkg.a", "_x"),
+        ("pkg.b", "pkg.a", "_z"),
+        ("pkg.sub.c", "pkg.a", "_w"),
+        ("pkg.sub.c", "pkg.b", "_v"),
+    }
