@@ -257,6 +257,26 @@ def test_captured_values_are_passed_on_every_launch(queue, lookups):
         cl.capture(add_captured_elsewhere, np.float32(1))
 
 
+@pytest.mark.parametrize("first", ["numpy", "int"])
+def test_instances_capturing_a_numpy_scalar_and_a_python_int_each_get_their_own_code(queue, first):
+    """The captured values' types are in the invoker's key: an instance capturing
+    ``np.int64(5)`` and one capturing ``7`` (the same method instance) each set their value as
+    its type needs, in either order, as launch and as HostKernel (a set_arg failure before)."""
+
+    @cl.kernel
+    def addk(c: np.int64, x: cl.Array[np.int64]) -> str:
+        return "__kernel void addk(long c, __global long *x) { x[get_global_id(0)] += c; }"
+
+    x = zeros(queue, 4, np.int64)
+    values = [np.int64(5), 7] if first == "numpy" else [7, np.int64(5)]
+    for v in values:
+        cl.launch(addk.capture(v), x, global_size=4)
+    assert x.get().tolist() == [12] * 4
+    for v in values:
+        cl.clfunction(addk.capture(v), (cl.Array[np.int64],))(x, global_size=4)
+    assert x.get().tolist() == [24] * 4
+
+
 def test_dropped_kernel_instance_and_its_captured_array_are_collected(queue):
     @cl.kernel
     def copy_captured(src: F32, dst: F32) -> str:
