@@ -154,8 +154,8 @@ def test_a_second_launcher_of_a_used_back_end_refuses_in_the_child_as_the_first_
     setup = (
         USED_A_QUEUE
         + """
-from specializer.backends.opencl._launch import _launcher, _definitions
-second = type(_launcher)(_definitions)
+from specializer.backends.opencl._launch import _launcher, definitions
+second = type(_launcher)(definitions)
 cl.launch(fill_fork, x, np.float32(1), global_size=4)
 """
     )
