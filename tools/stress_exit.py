@@ -44,7 +44,7 @@ cl.launch(g, x, global_size=8)
 def make(c):
     @cl.kernel
     def prod(x: cl.Array[np.float32]) -> str:
-        return f"__kernel void prod(__global float *x) {{ x[get_global_id(0)] += 1; }} // {c}"
+        return f"__kernel void prod(__global float *x) {{ x[get_global_id(0)] += {c % 2**24}.0f; }}"
     return prod
 for i in range(FACTORY):
     make(BASE + 10_000 + i); cl.launch(g, x, global_size=8)
