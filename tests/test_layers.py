@@ -4,8 +4,9 @@
 Each module imports, at module level, only modules of lower layers, and no function imports a
 sibling module (the way a circle used to be broken at run time). A lower layer that needs to
 call up has a hook the higher one sets at import (CUDA's ``_driver.on_forget``); a test
-checks it is set. Few private names cross from one module to another (read the same way). CUDA's driver keeps its own record
-of device use (``_driver.check_use``), calling nothing above it.
+checks it is set. CUDA's driver keeps its own record of device use (``_driver.check_use``),
+calling nothing above it. Few private names cross from one module to another (read the same
+way).
 """
 
 from __future__ import annotations
