@@ -452,10 +452,6 @@ def _name_of(F: Any) -> str:
     return str(F.name if isinstance(F, Kernel) else F.kernel.name)
 
 
-def _captured_of(F: Any) -> tuple[type, ...]:
-    return () if isinstance(F, Kernel) else tuple(F.captured)
-
-
 def _instance(F: Any) -> tuple[type, ...] | None:
     """A kernel instance type's captured types; None for a kernel."""
     return None if isinstance(F, Kernel) else tuple(F.captured)
@@ -487,7 +483,7 @@ def _count_error(F: Any, nargs: int, what: str) -> MethodError | None:
     """A MethodError when no method of the kernel in the task's world takes ``nargs``
     arguments after ``F``'s captured values; else None."""
     kernel = F if isinstance(F, Kernel) else F.kernel
-    ncaptured = len(_captured_of(F))
+    ncaptured = len(_instance(F) or ())
     methods = kernel.methods()
     counts = sorted({len(m.signature) for m in methods})
     if not counts or ncaptured + nargs in counts:
