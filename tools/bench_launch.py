@@ -64,7 +64,6 @@ valgrind); ``--backend python`` the pure-Python back-end's table (about a minute
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import shutil
@@ -87,14 +86,19 @@ if str(_CHECKOUT / "tests") not in sys.path:
 import numpy as np  # noqa: E402
 import pyopencl  # noqa: E402
 import pyopencl.array as cla  # noqa: E402
-from callgrind import thread_dumps  # noqa: E402  # tools/callgrind.py
+from callgrind import (  # noqa: E402  # tools/callgrind.py
+    PASSES,
+    last_pass,
+    marked_passes,
+    rotating_rounds,
+    thread_dumps,
+)
 
 import specializer  # noqa: E402
 from specializer.backends import opencl as cl  # noqa: E402
 
 FINISH_EVERY = 100
 CALLGRIND_LAUNCHES = 2_000  # launches per variant and pass under callgrind
-PASSES = 2  # passes over the variants under callgrind: the last is reported
 WARM_UP = 200  # launches per variant before measuring (builds, entries)
 OPTIONS = ("-cl-fast-relaxed-math",)
 SOURCE = "__kernel void k(__global float *a, float b) { a[get_global_id(0)] += b; }"
@@ -415,25 +419,8 @@ def _check(variants: dict[str, Variant]) -> None:
         v.check(name)
 
 
-def _settle(variants: dict[str, Variant]) -> None:
-    """Collect, then run every variant once more, then stop the collector: the first launch of
-    some variant after a collection can cost milliseconds, which no measured loop should hold."""
-    gc.collect()
-    for v in variants.values():
-        v(WARM_UP)
-    gc.disable()
-
-
 def _under_callgrind(variants: dict[str, Variant], launches: int = CALLGRIND_LAUNCHES) -> None:
-    """PASSES passes over the variants, each loop between two markers, in table order: dump 1
-    is start-up, dump 2 + pass * len(variants) + i variant i, the remainder the check."""
-    _settle(variants)
-    os.getppid()
-    for _ in range(PASSES):
-        for v in variants.values():
-            v(launches)
-            os.getppid()
-    gc.enable()
+    marked_passes(variants, launches, WARM_UP)
     _check(variants)
 
 
@@ -442,39 +429,12 @@ def _instructions(
 ) -> tuple[dict[str, float], str, float]:
     """Host-thread instructions per launch of each variant in the last pass (not yet less the
     empty loop), and the variant whose passes differ most, by how much (a fraction)."""
-    dumps = thread_dumps(__file__, "--under-callgrind", *args)
-    if len(dumps) != PASSES * len(names) + 2:
-        raise RuntimeError(f"{len(dumps)} dumps for {PASSES} passes of {len(names)} variants")
-    passes = [
-        {name: dumps[1 + p * len(names) + i] / launches for i, name in enumerate(names)}
-        for p in range(PASSES)
-    ]
-    spread = {
-        name: (max(q[name] for q in passes) - min(q[name] for q in passes)) / passes[-1][name]
-        for name in names
-    }
-    worst = max(spread, key=spread.__getitem__)
-    return passes[-1], worst, spread[worst]
+    return last_pass(thread_dumps(__file__, "--under-callgrind", *args), names, launches)
 
 
 def _rounds(variants: dict[str, Variant], n: int, rounds: int) -> dict[str, list[float]]:
-    """Thread CPU µs per launch: every round runs each loop once, in an order rotating by one
-    variant per round."""
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    names = list(variants)
-    clock = time.thread_time_ns
-    _settle(variants)
-    try:
-        for r in range(rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                v = variants[name]
-                t = clock()
-                v(n)
-                samples[name].append((clock() - t) / n / 1000)
-            print(".", end="", file=sys.stderr, flush=True)
-    finally:
-        gc.enable()
-    return samples
+    """Thread CPU µs per launch, a sample a round (rounds rotating the variants' order)."""
+    return rotating_rounds(variants, n, rounds, WARM_UP, time.thread_time_ns, 1e-3)
 
 
 def _net(values: dict[str, float]) -> dict[str, float]:

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import gc
 import json
 import os
 import platform
@@ -77,7 +76,13 @@ import numpy as np  # noqa: E402
 import pyopencl  # noqa: E402
 import pyopencl.array as cla  # noqa: E402
 import pyopencl.tools  # noqa: E402
-from callgrind import thread_dumps  # noqa: E402  # tools/callgrind.py
+from callgrind import (  # noqa: E402  # tools/callgrind.py
+    PASSES,
+    last_pass,
+    marked_passes,
+    rotating_rounds,
+    thread_dumps,
+)
 from pyopencl.elementwise import ElementwiseKernel  # noqa: E402
 
 import specializer  # noqa: E402
@@ -85,7 +90,6 @@ from specializer.backends import opencl as cl  # noqa: E402
 
 N = 1024  # grid points
 ITERATIONS = 2_000  # the program's length: iterations per variant and pass under callgrind
-PASSES = 2  # passes over the variants under callgrind: the last is reported
 WARM_UP = 20  # iterations per variant before measuring (builds, cells' entries, pools)
 WEIGHTS = [np.float32(w) for w in (0.6, 0.7, 0.8, 0.9)]  # w of iteration k: WEIGHTS[k % 4]
 H2 = np.float32(1 / (N - 1) ** 2)  # the grid spacing squared
@@ -328,64 +332,23 @@ def _check(variants: dict[str, Variant]) -> None:
     np.testing.assert_allclose(acc, want_acc, rtol=tolerance, err_msg="acc against numpy")
 
 
-def _settle(variants: dict[str, Variant]) -> None:
-    """Collect, run every variant once more, then stop the collector, so that no measured loop
-    holds a collection."""
-    gc.collect()
-    for v in variants.values():
-        v(WARM_UP)
-    gc.disable()
-
-
 def _under_callgrind(variants: dict[str, Variant], iterations: int) -> None:
-    """PASSES passes over the variants, each loop between two markers, in table order: dump 1
-    is start-up, dump 2 + pass * len(variants) + i variant i, the remainder the check."""
-    _settle(variants)
-    os.getppid()
-    for _ in range(PASSES):
-        for v in variants.values():
-            v(iterations)
-            os.getppid()
-    gc.enable()
+    marked_passes(variants, iterations, WARM_UP)
     _check(variants)
 
 
 def _instructions(iterations: int) -> tuple[dict[str, float], str, float]:
     """Host-thread instructions per iteration of each variant in the last pass (not yet less
     the empty loop), and the variant whose passes differ most, by how much (a fraction)."""
-    names = list(ROWS)
     dumps = thread_dumps(__file__, "--under-callgrind", "--iterations", str(iterations))
-    if len(dumps) != PASSES * len(names) + 2:
-        raise RuntimeError(f"{len(dumps)} dumps for {PASSES} passes of {len(names)} variants")
-    passes = [
-        {name: dumps[1 + p * len(names) + i] / iterations for i, name in enumerate(names)}
-        for p in range(PASSES)
-    ]
-    spread = {
-        name: (max(q[name] for q in passes) - min(q[name] for q in passes)) / passes[-1][name]
-        for name in names
-        if name != EMPTY
-    }
-    worst = max(spread, key=spread.__getitem__)
-    return passes[-1], worst, spread[worst]
+    steady = [name for name in ROWS if name != EMPTY]
+    return last_pass(dumps, list(ROWS), iterations, steady)
 
 
 def _rounds(variants: dict[str, Variant], n: int, rounds: int) -> dict[str, float]:
-    """Wall µs per iteration, the median over rounds: every round runs each loop once (its
-    ``finish()`` included), in an order rotating by one variant per round."""
-    samples: dict[str, list[float]] = {k: [] for k in variants}
-    names = list(variants)
-    clock = time.perf_counter
-    _settle(variants)
-    try:
-        for r in range(rounds):
-            for name in names[r % len(names) :] + names[: r % len(names)]:
-                t = clock()
-                variants[name](n)
-                samples[name].append((clock() - t) / n * 1e6)
-            print(".", end="", file=sys.stderr, flush=True)
-    finally:
-        gc.enable()
+    """Wall µs per iteration, the median over rounds (each loop's ``finish()`` included, the
+    variants' order rotating by one a round)."""
+    samples = rotating_rounds(variants, n, rounds, WARM_UP, time.perf_counter, 1e6)
     return {name: statistics.median(s) for name, s in samples.items()}
 
 

@@ -7,11 +7,13 @@ string hashes.
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Mapping
 
 QUIET_ENV = {
     **os.environ,
@@ -113,3 +115,81 @@ def thread_dumps(
             )
             counts.append(int(m.group(1)) if m else 0)
     return counts
+
+
+#: passes over the variants under callgrind: the last is reported, the spread says how they differ
+PASSES = 2
+
+Loop = Callable[[int], object]  # a variant: runs its loop n times
+
+
+def settle(variants: Mapping[str, Loop], warm_up: int) -> None:
+    """Collect, then run every variant ``warm_up`` times more, then stop the collector: the
+    first loop of some variant after a collection can cost milliseconds, which no measured loop
+    should hold. The caller enables the collector again."""
+    gc.collect()
+    for v in variants.values():
+        v(warm_up)
+    gc.disable()
+
+
+def marked_passes(variants: Mapping[str, Loop], n: int, warm_up: int) -> None:
+    """What a script runs under :func:`thread_dumps`: PASSES passes over the variants, each
+    loop of ``n`` between two markers, in the mapping's order. Dump 1 is start-up, dump
+    ``2 + pass * len(variants) + i`` variant ``i``, the remainder what follows."""
+    settle(variants, warm_up)
+    os.getppid()
+    try:
+        for _ in range(PASSES):
+            for v in variants.values():
+                v(n)
+                os.getppid()
+    finally:
+        gc.enable()
+
+
+def last_pass(
+    dumps: list[int], names: list[str], n: int, steady: Iterable[str] | None = None
+) -> tuple[dict[str, float], str, float]:
+    """From the dumps of :func:`marked_passes` over ``names``: instructions per loop of each
+    variant in the last pass, and of the ``steady`` variants (default: all) the one whose
+    passes differ most, by how much (a fraction of its last pass)."""
+    if len(dumps) != PASSES * len(names) + 2:
+        raise RuntimeError(f"{len(dumps)} dumps for {PASSES} passes of {len(names)} variants")
+    passes = [
+        {name: dumps[1 + p * len(names) + i] / n for i, name in enumerate(names)}
+        for p in range(PASSES)
+    ]
+    spread = {
+        name: (max(q[name] for q in passes) - min(q[name] for q in passes)) / passes[-1][name]
+        for name in (names if steady is None else steady)
+    }
+    worst = max(spread, key=spread.__getitem__)
+    return passes[-1], worst, spread[worst]
+
+
+def rotating_rounds(
+    variants: Mapping[str, Loop],
+    n: int,
+    rounds: int,
+    warm_up: int,
+    clock: Callable[[], float],
+    to_us: float,
+) -> dict[str, list[float]]:
+    """µs per loop of each variant, a sample a round: every round runs each loop of ``n``
+    once, in an order rotating by one variant per round (``clock``'s difference times
+    ``to_us`` is microseconds). A dot on standard error per round."""
+    samples: dict[str, list[float]] = {k: [] for k in variants}
+    names = list(variants)
+    settle(variants, warm_up)
+    try:
+        for r in range(rounds):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                v = variants[name]
+                t = clock()
+                v(n)
+                samples[name].append((clock() - t) * to_us / n)
+            print(".", end="", file=sys.stderr, flush=True)
+    finally:
+        gc.enable()
+    return samples
